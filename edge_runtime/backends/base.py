@@ -1,0 +1,204 @@
+"""The one narrow interface every accelerator backend implements.
+
+A backend module (one per library: OpenVINO, LiteRT, ONNX Runtime) defines an options class and a
+`Backend` subclass. The rest of the runtime only ever sees this interface: load a model file on a
+device, describe its tensors, run it synchronously or with a bounded number of requests in flight,
+and say what it actually runs on. Backend libraries are imported inside the backend's methods, never
+at module import, so a box without one of them can still use the others.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from edge_runtime.package.manifest import ModelFormat, Precision
+
+Outputs = list[np.ndarray]
+Callback = Callable[[Any, Outputs | None, BaseException | None], None]
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """Affine quantization of a tensor: real = scale * (q - zero_point)."""
+
+    scale: float
+    zero_point: int
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int | None, ...]  # None marks a dynamic dimension
+    dtype: str  # numpy dtype name, e.g. "float32", "uint8"
+    quantization: Quantization | None = None
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model file ready to load, as resolved from a model package or a bare file."""
+
+    path: Path
+    format: ModelFormat
+    precision: Precision
+    variant_id: str
+    sha256: str
+    target: str | None = None
+
+
+@dataclass(frozen=True)
+class RunsOn:
+    """What a loaded model really runs on, as reported by the backend library after loading."""
+
+    backend: str
+    device: str  # what was asked for and granted, e.g. "CPU", "GPU.0", "CUDAExecutionProvider"
+    device_name: str  # the library's full name for it, e.g. "Intel(R) Core(TM) Ultra 7 155H"
+    precision: str  # the precision inference actually runs at, e.g. "fp32", "int8"
+    details: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """Result of probing a backend: can its library be imported, and which devices does it see."""
+
+    backend: str
+    available: bool
+    version: str | None = None
+    devices: tuple[str, ...] = ()
+    device_names: dict[str, str] = field(default_factory=dict)
+    reason: str = ""  # why it is unavailable, or which fallback library was used
+
+
+class BackendOptions(BaseModel):
+    """Options every backend understands; each backend extends this with its own typed fields."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    device: str = "CPU"
+    precision: Precision | None = Field(
+        default=None,
+        description="Precision to run at; None runs the variant at its own precision, never lower.",
+    )
+    threads: int | None = Field(default=None, ge=1, description="Inference threads; None means all cores.")
+    hint: Literal["latency", "throughput"] = "latency"
+    max_in_flight: int | None = Field(
+        default=None, ge=1, description="Requests in flight in async mode; None asks the backend."
+    )
+    cache_dir: Path | None = Field(default=None, description="Where compiled models and engines are kept.")
+
+
+class AsyncRunner(ABC):
+    """Runs inferences with at most `capacity` in flight; results arrive through the callback.
+
+    `submit` blocks while the runner is full, which is the backpressure a pipeline wants: the source
+    slows down instead of queueing frames without bound.
+    """
+
+    capacity: int
+
+    @abstractmethod
+    def submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> None: ...
+
+    @abstractmethod
+    def wait_all(self) -> None: ...
+
+    def close(self) -> None:
+        self.wait_all()
+
+
+class ThreadedAsyncRunner(AsyncRunner):
+    """Async runner for libraries without their own async API: one worker thread per run function.
+
+    Each worker owns its run function (for LiteRT a private interpreter, since an interpreter is not
+    thread-safe; for ONNX Runtime a bound `session.run`, which releases the GIL).
+    """
+
+    def __init__(self, run_functions: Sequence[Callable[[Sequence[np.ndarray]], Outputs]], callback: Callback):
+        self.capacity = len(run_functions)
+        self._callback = callback
+        self._slots = threading.Semaphore(self.capacity)
+        self._jobs: queue.SimpleQueue[tuple[Sequence[np.ndarray], Any] | None] = queue.SimpleQueue()
+        self._pending = 0
+        self._idle = threading.Condition()
+        self._threads = [
+            threading.Thread(target=self._work, args=(run,), name=f"infer-{i}", daemon=True)
+            for i, run in enumerate(run_functions)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> None:
+        self._slots.acquire()
+        with self._idle:
+            self._pending += 1
+        self._jobs.put((inputs, userdata))
+
+    def wait_all(self) -> None:
+        with self._idle:
+            self._idle.wait_for(lambda: self._pending == 0)
+
+    def close(self) -> None:
+        self.wait_all()
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join()
+
+    def _work(self, run: Callable[[Sequence[np.ndarray]], Outputs]) -> None:
+        while (job := self._jobs.get()) is not None:
+            inputs, userdata = job
+            try:
+                outputs, error = run(inputs), None
+            except Exception as exc:
+                outputs, error = None, exc
+            try:
+                self._callback(userdata, outputs, error)
+            finally:
+                self._slots.release()
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+
+class Backend(ABC):
+    """A model loaded on one device of one backend library.
+
+    Subclasses set `key`, `formats` and `options_type`, implement `probe` (cheap, safe to call on any
+    box) and the loading constructor, and fill `inputs`, `outputs` and `runs_on`.
+    """
+
+    key: ClassVar[str]
+    formats: ClassVar[frozenset[ModelFormat]]
+    options_type: ClassVar[type[BackendOptions]] = BackendOptions
+
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    runs_on: RunsOn
+
+    @classmethod
+    @abstractmethod
+    def probe(cls) -> BackendStatus:
+        """Import the library and list devices; never raises."""
+
+    @abstractmethod
+    def __init__(self, source: ModelSource, options: BackendOptions) -> None:
+        """Load and compile `source` on `options.device`; raises ModelLoadError or BackendUnavailableError."""
+
+    @abstractmethod
+    def infer(self, inputs: Sequence[np.ndarray]) -> Outputs:
+        """Run one request; inputs and outputs are ordered as `self.inputs` and `self.outputs`."""
+
+    @abstractmethod
+    def async_runner(self, callback: Callback, max_in_flight: int | None = None) -> AsyncRunner:
+        """A runner keeping up to `max_in_flight` requests busy (None: what the backend finds optimal)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends free resources on collection
+        """Release the device; the object must not be used afterwards."""

@@ -1,0 +1,45 @@
+"""Errors a user can act on.
+
+Every error raised for bad input says what is wrong and where (file, manifest field, option), so the
+command line can print it as one line instead of a traceback.
+"""
+
+from __future__ import annotations
+
+
+class EdgeRuntimeError(Exception):
+    """Base class of every error the command line reports as a plain message."""
+
+
+class ManifestError(EdgeRuntimeError):
+    """A model manifest is missing, unreadable or does not follow the schema."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        joined = "\n  ".join(problems)
+        super().__init__(f"invalid model manifest {source}:\n  {joined}")
+
+
+class ModelIntegrityError(EdgeRuntimeError):
+    """A model file is missing, corrupt, or its checksum does not match the manifest."""
+
+
+class ModelMismatchError(EdgeRuntimeError):
+    """The model file disagrees with what its manifest promises (inputs, outputs)."""
+
+
+class BackendUnavailableError(EdgeRuntimeError):
+    """A backend's library, device or delegate cannot be used on this box."""
+
+
+class ModelLoadError(EdgeRuntimeError):
+    """The backend library refused to load or compile a model."""
+
+
+class ConfigError(EdgeRuntimeError):
+    """A configuration value (profile, option, command-line flag) is invalid."""
+
+
+class FidelityError(EdgeRuntimeError):
+    """A backend/precision choice differs from the fp32 reference by more than the tolerance."""

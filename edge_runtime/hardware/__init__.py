@@ -1,0 +1,1 @@
+"""Hardware detection: what accelerators and CPU features a box has."""

@@ -1,0 +1,243 @@
+"""The model manifest (`model.yaml`): what a model package promises about its model.
+
+The schema is versioned (`schema_version`) and strict: an unknown or misspelt field is an error,
+because a silently ignored `mean:` or `layout:` would feed the model wrong numbers without anyone
+noticing. Validation problems are reported with the dotted path of the field at fault.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from edge_runtime.errors import ManifestError
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "model.yaml"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Task(str, Enum):
+    CLASSIFICATION = "classification"
+    DETECTION = "detection"
+    SEGMENTATION = "segmentation"
+    KEYPOINTS = "keypoints"
+    REGRESSION = "regression"
+    ANOMALY = "anomaly"
+    RAW = "raw"
+
+
+class ModelFormat(str, Enum):
+    OPENVINO = "openvino"
+    TFLITE = "tflite"
+    ONNX = "onnx"
+
+
+class Precision(str, Enum):
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    INT8 = "int8"
+
+
+MODEL_SUFFIXES: dict[str, ModelFormat] = {
+    ".xml": ModelFormat.OPENVINO,
+    ".tflite": ModelFormat.TFLITE,
+    ".onnx": ModelFormat.ONNX,
+}
+
+Layout = Literal["NHWC", "NCHW", "NC", "NTC", "NCT", "ANY"]
+DType = Literal["float32", "float16", "uint8", "int8", "int32", "int64"]
+
+
+class InputSpec(Strict):
+    """How raw data becomes the model's input tensor, in the float domain of the fp32 model.
+
+    Quantized variants carry their own scale and zero point inside the model file; the runtime reads
+    them from there rather than from the manifest, so one manifest serves every variant.
+    """
+
+    name: str | None = None
+    shape: tuple[int, ...] = Field(min_length=1)
+    layout: Layout = "ANY"
+    dtype: DType = "float32"
+    color_order: Literal["RGB", "BGR", "GRAY"] | None = None
+    resize: Literal["stretch", "letterbox", "crop"] = "stretch"
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+
+    @field_validator("shape")
+    @classmethod
+    def _positive_dims(cls, shape: tuple[int, ...]) -> tuple[int, ...]:
+        if any(d <= 0 for d in shape):
+            raise ValueError(f"every dimension must be positive, got {list(shape)}")
+        return shape
+
+    @model_validator(mode="after")
+    def _normalisation_matches_channels(self) -> InputSpec:
+        channels = self.channels
+        for field in ("mean", "std"):
+            values = getattr(self, field)
+            if values is not None and channels is not None and len(values) not in (1, channels):
+                raise ValueError(f"{field} has {len(values)} values but the input has {channels} channels")
+        if self.std is not None and any(s == 0 for s in self.std):
+            raise ValueError("std must not contain zero")
+        return self
+
+    @property
+    def channels(self) -> int | None:
+        if self.layout == "NHWC" and len(self.shape) == 4:
+            return self.shape[3]
+        if self.layout == "NCHW" and len(self.shape) == 4:
+            return self.shape[1]
+        return None
+
+    @property
+    def spatial_size(self) -> tuple[int, int] | None:
+        """(height, width) for image inputs."""
+        if self.layout == "NHWC" and len(self.shape) == 4:
+            return self.shape[1], self.shape[2]
+        if self.layout == "NCHW" and len(self.shape) == 4:
+            return self.shape[2], self.shape[3]
+        return None
+
+
+class DecoderSpec(Strict):
+    """Names the output decoder and its parameters; the decoder validates its own parameters."""
+
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class VariantFile(Strict):
+    path: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @field_validator("path")
+    @classmethod
+    def _relative_inside_package(cls, path: str) -> str:
+        p = Path(path)
+        if p.is_absolute() or ".." in p.parts:
+            raise ValueError(f"must be a relative path inside the package, got {path!r}")
+        return path
+
+
+class Variant(Strict):
+    """One file set of the model: a format at a precision, possibly sparse or compiled for a target."""
+
+    format: ModelFormat
+    precision: Precision
+    files: tuple[VariantFile, ...] = Field(min_length=1)
+    sparsity: float = Field(default=0.0, ge=0.0, le=1.0)
+    target: Literal["edgetpu"] | None = None
+    accuracy: dict[str, float] = Field(default_factory=dict)
+    size_bytes: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _main_file_suffix(self) -> Variant:
+        suffix = Path(self.files[0].path).suffix
+        if MODEL_SUFFIXES.get(suffix) is not self.format:
+            raise ValueError(f"first file {self.files[0].path!r} is not a {self.format.value} model file")
+        if self.target == "edgetpu" and self.format is not ModelFormat.TFLITE:
+            raise ValueError("target edgetpu is only valid for tflite variants")
+        return self
+
+    @property
+    def model_file(self) -> str:
+        return self.files[0].path
+
+
+class Manifest(Strict):
+    schema_version: int
+    name: str = Field(min_length=1)
+    version: str = "0"
+    task: Task = Task.RAW
+    description: str = ""
+    license: str | None = None
+    inputs: tuple[InputSpec, ...] = ()
+    output_names: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
+    decoder: DecoderSpec | None = None
+    variants: dict[str, Variant] = Field(min_length=1)
+
+    @field_validator("schema_version")
+    @classmethod
+    def _supported_version(cls, version: int) -> int:
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"unsupported schema_version {version}; this runtime reads version {SCHEMA_VERSION}")
+        return version
+
+    @field_validator("variants")
+    @classmethod
+    def _variant_ids(cls, variants: dict[str, Variant]) -> dict[str, Variant]:
+        for variant_id in variants:
+            if not variant_id or variant_id.count("/") != 1:
+                raise ValueError(f"variant id {variant_id!r} must look like 'format/name', e.g. 'tflite/int8'")
+        return variants
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(f".{item}" if parts else str(item))
+    return "".join(parts) or "(top level)"
+
+
+def describe_validation_error(error: ValidationError) -> list[str]:
+    """One line per problem, each starting with the dotted field path, e.g. `inputs[0].layout: ...`."""
+    problems = []
+    for item in error.errors():
+        path = _field_path(tuple(loc for loc in item["loc"] if not str(loc).startswith("function-")))
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown field"
+        problems.append(f"{path}: {message}")
+    return problems
+
+
+def parse_manifest(data: object, source: str) -> Manifest:
+    if not isinstance(data, dict):
+        raise ManifestError(source, ["(top level): expected a mapping of fields"])
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as error:
+        raise ManifestError(source, describe_validation_error(error)) from None
+
+
+def read_manifest(path: Path) -> Manifest:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ManifestError(str(path), [f"cannot read: {error.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ManifestError(str(path), [f"not valid YAML: {error}"]) from None
+    return parse_manifest(data, str(path))
+
+
+class _ManifestDumper(yaml.SafeDumper):
+    """Writes short lists of numbers inline (`shape: [1, 128, 128, 3]`) so manifests stay readable."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    inline = all(isinstance(item, (int, float, str)) for item in data) and len(data) <= 16
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=inline)
+
+
+_ManifestDumper.add_representer(list, _represent_list)
+
+
+def dump_manifest(manifest: Manifest) -> str:
+    data = manifest.model_dump(mode="json", exclude_none=True)
+    return yaml.dump(data, Dumper=_ManifestDumper, sort_keys=False, allow_unicode=True)

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from model_builders import build_tiny_classifier_onnx, convert_to_openvino_ir  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "samples"
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def face_package_dir() -> Path:
+    """MediaPipe's pretrained BlazeFace short-range detector as a model package (tflite + OpenVINO IR)."""
+    return SAMPLES / "models" / "face_detection_short_range"
+
+
+@pytest.fixture(scope="session")
+def astronaut_bgr() -> np.ndarray:
+    """A real photograph (public domain) with one face, as OpenCV reads it: 512x512 BGR uint8."""
+    image = cv2.imread(str(SAMPLES / "images" / "astronaut.jpg"), cv2.IMREAD_COLOR)
+    assert image is not None
+    return image
+
+
+@pytest.fixture(scope="session")
+def tiny_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_classifier_onnx(tmp_path_factory.mktemp("tiny") / "tiny.onnx")
+
+
+@pytest.fixture(scope="session")
+def tiny_openvino(tiny_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return convert_to_openvino_ir(tiny_onnx, tmp_path_factory.mktemp("tiny_ir") / "tiny.xml")
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(1234)
