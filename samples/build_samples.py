@@ -26,7 +26,17 @@ FACE_MODEL = "mediapipe/modules/face_detection/face_detection_short_range.tflite
 
 def fetch_wheel(requirement: str, into: Path) -> Path:
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(into), requirement],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+            str(into),
+            requirement,
+        ],
         check=True,
     )
     return next(into.glob("*.whl"))
@@ -39,8 +49,11 @@ def build_face_detector(work: Path) -> None:
     (root / "openvino" / "fp32").mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel) as archive:
         (root / "tflite/fp32/model.tflite").write_bytes(archive.read(FACE_MODEL))
-    ov.save_model(ov.convert_model(root / "tflite/fp32/model.tflite"), root / "openvino/fp32/model.xml",
-                  compress_to_fp16=False)
+    ov.save_model(
+        ov.convert_model(root / "tflite/fp32/model.tflite"),
+        root / "openvino/fp32/model.xml",
+        compress_to_fp16=False,
+    )
     variants = {
         "tflite/fp32": describe_variant(root, ["tflite/fp32/model.tflite"], ModelFormat.TFLITE, Precision.FP32),
         "openvino/fp32": describe_variant(
@@ -55,16 +68,32 @@ def build_face_detector(work: Path) -> None:
         task=Task.DETECTION,
         description="MediaPipe BlazeFace short-range face detector (faces within about 2 m), 128x128 RGB.",
         license="Apache-2.0",
-        inputs=(InputSpec(shape=(1, 128, 128, 3), layout="NHWC", color_order="RGB", resize="letterbox",
-                          mean=(127.5,), std=(127.5,)),),
+        inputs=(
+            InputSpec(
+                shape=(1, 128, 128, 3),
+                layout="NHWC",
+                color_order="RGB",
+                resize="letterbox",
+                mean=(127.5,),
+                std=(127.5,),
+            ),
+        ),
         output_names=("regressors", "classificators"),
         labels=("face",),
         decoder=DecoderSpec(
             name="ssd_anchors",
             params={
-                "num_layers": 4, "strides": [8, 16, 16, 16], "min_scale": 0.1484375, "max_scale": 0.75,
-                "anchor_offset": 0.5, "aspect_ratios": [1.0], "fixed_anchor_size": True,
-                "box_scale": 128.0, "num_keypoints": 6, "score_clip": 100.0, "min_score": 0.5,
+                "num_layers": 4,
+                "strides": [8, 16, 16, 16],
+                "min_scale": 0.1484375,
+                "max_scale": 0.75,
+                "anchor_offset": 0.5,
+                "aspect_ratios": [1.0],
+                "fixed_anchor_size": True,
+                "box_scale": 128.0,
+                "num_keypoints": 6,
+                "score_clip": 100.0,
+                "min_score": 0.5,
                 "iou_threshold": 0.3,
             },
         ),

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from model_builders import build_tiny_classifier_onnx, convert_to_openvino_ir  # noqa: E402
+from model_builders import build_tiny_classifier_onnx, convert_to_openvino_ir
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "samples"

@@ -99,9 +99,7 @@ def open_package(path: Path | str) -> ModelPackage:
         raise EdgeRuntimeError(f"model not found: {path}")
     if path.suffix not in MODEL_SUFFIXES:
         suffixes = ", ".join(MODEL_SUFFIXES)
-        raise EdgeRuntimeError(
-            f"{path} is neither a model package directory nor a model file ({suffixes})"
-        )
+        raise EdgeRuntimeError(f"{path} is neither a model package directory nor a model file ({suffixes})")
     return ModelPackage(root=path.parent, manifest=manifest_for_bare_file(path), bare_file=True)
 
 
@@ -115,8 +113,12 @@ def manifest_for_bare_file(path: Path) -> Manifest:
     precision = next((p for p in Precision if p.value in path.stem.lower().split("_")), Precision.FP32)
     files = [VariantFile(path=path.name, sha256=sha256_of(path))]
     files += [VariantFile(path=f.name, sha256=sha256_of(f)) for f in companion_files(path)]
-    target = "edgetpu" if path.stem.endswith("_edgetpu") else None
-    variant = Variant(format=model_format, precision=precision, files=tuple(files), target=target)
+    variant = Variant(
+        format=model_format,
+        precision=precision,
+        files=tuple(files),
+        target="edgetpu" if path.stem.endswith("_edgetpu") else None,
+    )
     return Manifest(
         schema_version=SCHEMA_VERSION,
         name=path.stem,

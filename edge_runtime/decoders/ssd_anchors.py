@@ -1,0 +1,153 @@
+"""SSD-style boxes regressed against a grid of anchors, as MediaPipe's BlazeFace and BlazePose emit.
+
+The anchors follow MediaPipe's SSD anchor layout (layers of feature maps with per-layer strides and
+an interpolated extra scale), computed once per decoder. Scores go through a clipped sigmoid; boxes
+and keypoints are decoded relative to their anchor, then suppressed with OpenCV's NMS.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+from pydantic import Field
+
+from edge_runtime.backends.base import TensorSpec
+from edge_runtime.decoders.base import Decoder, DecoderParams, Detection, dequantize
+from edge_runtime.errors import ModelMismatchError
+from edge_runtime.preprocess import FrameTransform
+
+
+class SsdAnchorParams(DecoderParams):
+    num_layers: int = Field(ge=1)
+    strides: list[int] = Field(min_length=1)
+    min_scale: float
+    max_scale: float
+    anchor_offset: float = 0.5
+    aspect_ratios: list[float] = Field(default_factory=lambda: [1.0])
+    interpolated_scale_aspect_ratio: float = 1.0
+    fixed_anchor_size: bool = True
+    input_size: tuple[int, int] | None = None  # (height, width); default: the model input
+    box_scale: float = Field(gt=0)
+    num_keypoints: int = Field(default=0, ge=0)
+    score_clip: float = 100.0
+    min_score: float = Field(default=0.5, ge=0.0, le=1.0)
+    iou_threshold: float = Field(default=0.3, ge=0.0, le=1.0)
+    max_detections: int = Field(default=100, ge=1)
+
+
+def _layer_scale(params: SsdAnchorParams, layer: int) -> float:
+    if len(params.strides) == 1:
+        return (params.min_scale + params.max_scale) / 2
+    return params.min_scale + (params.max_scale - params.min_scale) * layer / (len(params.strides) - 1)
+
+
+def generate_anchors(params: SsdAnchorParams, height: int, width: int) -> np.ndarray:
+    """Anchors as rows (x_center, y_center, width, height), normalised, in the model's output order."""
+    rows: list[tuple[float, float, float, float]] = []
+    layer = 0
+    while layer < params.num_layers:
+        sizes: list[tuple[float, float]] = []
+        last = layer
+        while last < params.num_layers and params.strides[last] == params.strides[layer]:
+            scale = _layer_scale(params, last)
+            for ratio in params.aspect_ratios:
+                sizes.append((scale * math.sqrt(ratio), scale / math.sqrt(ratio)))
+            if params.interpolated_scale_aspect_ratio > 0:
+                next_scale = 1.0 if last == params.num_layers - 1 else _layer_scale(params, last + 1)
+                interpolated = math.sqrt(scale * next_scale)
+                ratio = params.interpolated_scale_aspect_ratio
+                sizes.append((interpolated * math.sqrt(ratio), interpolated / math.sqrt(ratio)))
+            last += 1
+        stride = params.strides[layer]
+        rows_count, cols_count = math.ceil(height / stride), math.ceil(width / stride)
+        for y in range(rows_count):
+            for x in range(cols_count):
+                cx = (x + params.anchor_offset) / cols_count
+                cy = (y + params.anchor_offset) / rows_count
+                for w, h in sizes:
+                    rows.append((cx, cy, 1.0, 1.0) if params.fixed_anchor_size else (cx, cy, w, h))
+        layer = last
+    return np.asarray(rows, dtype=np.float32)
+
+
+class SsdAnchorDecoder(Decoder):
+    name = "ssd_anchors"
+    params_type = SsdAnchorParams
+
+    def __init__(self, params: SsdAnchorParams, labels: tuple[str, ...]) -> None:
+        self.params = params
+        self.labels = labels
+        self._anchors: np.ndarray | None = None
+
+    def decode(
+        self, outputs: Sequence[np.ndarray], specs: Sequence[TensorSpec], transform: FrameTransform
+    ) -> list[Detection]:
+        boxes_raw, scores_raw = self._split(dequantize(outputs, specs))
+        anchors = self._anchors_for(transform, len(boxes_raw))
+        clipped = np.clip(scores_raw, -self.params.score_clip, self.params.score_clip)
+        scores_all = 0.5 * (1.0 + np.tanh(0.5 * clipped))  # the logistic sigmoid, without exp overflow
+        classes = scores_all.argmax(axis=1)
+        scores = scores_all[np.arange(len(classes)), classes]
+        keep = np.flatnonzero(scores >= self.params.min_score)
+        if keep.size == 0:
+            return []
+        decoded = self._decode_boxes(boxes_raw[keep], anchors[keep])
+        xywh = np.stack([decoded[:, 0], decoded[:, 1], decoded[:, 2] - decoded[:, 0], decoded[:, 3] - decoded[:, 1]], 1)
+        chosen = cv2.dnn.NMSBoxes(
+            xywh.tolist(), scores[keep].tolist(), self.params.min_score, self.params.iou_threshold
+        )
+        return [
+            self._detection(decoded[i], scores[keep][i], int(classes[keep][i]), transform)
+            for i in np.asarray(chosen).reshape(-1)[: self.params.max_detections]
+        ]
+
+    def _split(self, outputs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        if len(outputs) < 2:
+            raise ModelMismatchError("decoder ssd_anchors needs two outputs (box regressors and class scores)")
+        first, second = (o.reshape(-1, o.shape[-1]) for o in outputs[:2])
+        boxes, scores = (first, second) if first.shape[1] > second.shape[1] else (second, first)
+        if boxes.shape[1] < 4 + 2 * self.params.num_keypoints:
+            raise ModelMismatchError(
+                f"decoder ssd_anchors: box output has {boxes.shape[1]} values per anchor, "
+                f"expected at least {4 + 2 * self.params.num_keypoints}"
+            )
+        return boxes, scores
+
+    def _anchors_for(self, transform: FrameTransform, count: int) -> np.ndarray:
+        if self._anchors is None:
+            height, width = self.params.input_size or (transform.input_height, transform.input_width)
+            self._anchors = generate_anchors(self.params, height, width)
+        if len(self._anchors) != count:
+            raise ModelMismatchError(
+                f"decoder ssd_anchors: the parameters give {len(self._anchors)} anchors, the model outputs {count}"
+            )
+        return self._anchors
+
+    def _decode_boxes(self, raw: np.ndarray, anchors: np.ndarray) -> np.ndarray:
+        """Rows of (x_min, y_min, x_max, y_max, kp0x, kp0y, ...) in normalised model coordinates."""
+        s = self.params.box_scale
+        cx = raw[:, 0] / s * anchors[:, 2] + anchors[:, 0]
+        cy = raw[:, 1] / s * anchors[:, 3] + anchors[:, 1]
+        w = raw[:, 2] / s * anchors[:, 2]
+        h = raw[:, 3] / s * anchors[:, 3]
+        columns = [cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]
+        for k in range(self.params.num_keypoints):
+            columns.append(raw[:, 4 + 2 * k] / s * anchors[:, 2] + anchors[:, 0])
+            columns.append(raw[:, 5 + 2 * k] / s * anchors[:, 3] + anchors[:, 1])
+        return np.stack(columns, axis=1)
+
+    def _detection(self, row: np.ndarray, score: float, cls: int, transform: FrameTransform) -> Detection:
+        xs, ys = transform.to_source(row[0::2], row[1::2])
+        label = self.labels[cls] if cls < len(self.labels) else str(cls)
+        return Detection(
+            label=label,
+            score=float(score),
+            box=(float(xs[0]), float(ys[0]), float(xs[1]), float(ys[1])),
+            keypoints=tuple((float(x), float(y)) for x, y in zip(xs[2:], ys[2:], strict=True)),
+        )
+
+
+DECODER = SsdAnchorDecoder

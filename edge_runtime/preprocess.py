@@ -1,0 +1,108 @@
+"""Preprocessing: a camera frame becomes the tensor a model expects.
+
+The manifest's input spec says how (resize mode, colour order, layout, normalisation); the loaded
+variant's tensor spec says the dtype and, for quantized variants, the scale and zero point. Each
+frame also yields the `FrameTransform` that maps model coordinates back to source pixels, so boxes
+are reported where they are in the picture the camera took.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from edge_runtime.backends.base import TensorSpec
+from edge_runtime.errors import ConfigError
+from edge_runtime.package.manifest import InputSpec
+
+
+@dataclass(frozen=True)
+class FrameTransform:
+    """Maps normalised model coordinates (0..1 of the model input) back to source-image pixels."""
+
+    source_width: int
+    source_height: int
+    scale_x: float  # model-input pixels per source pixel
+    scale_y: float
+    offset_x: float  # model-input pixels added before the image (letterbox padding, negative for crop)
+    offset_y: float
+    input_width: int
+    input_height: int
+
+    def to_source(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Normalised model coordinates → source pixels, clipped to the image."""
+        sx = (x * self.input_width - self.offset_x) / self.scale_x
+        sy = (y * self.input_height - self.offset_y) / self.scale_y
+        return np.clip(sx, 0, self.source_width), np.clip(sy, 0, self.source_height)
+
+
+class ImagePreprocessor:
+    """Turns BGR uint8 frames (as OpenCV captures them) into one model input tensor.
+
+    Everything that does not depend on the frame (target size, normalisation constants, quantization)
+    is computed once here, so the per-frame path is a resize, a colour swap and one fused affine map.
+    """
+
+    def __init__(self, spec: InputSpec, tensor: TensorSpec):
+        size = spec.spatial_size
+        if size is None:
+            raise ConfigError(f"input {tensor.name}: image preprocessing needs an NHWC or NCHW 4-D shape")
+        self.spec = spec
+        self.tensor = tensor
+        self.height, self.width = size
+        channels = spec.channels or 3
+        mean = np.broadcast_to(np.asarray(spec.mean or (0.0,), np.float32), (channels,))
+        std = np.broadcast_to(np.asarray(spec.std or (1.0,), np.float32), (channels,))
+        scale, offset = 1.0 / std, -mean / std
+        if tensor.quantization is not None:
+            q = tensor.quantization
+            scale, offset = scale / q.scale, offset / q.scale + q.zero_point
+        self._scale = scale.astype(np.float32)
+        self._offset = offset.astype(np.float32)
+        self._identity = bool(np.all(self._scale == 1.0) and np.all(self._offset == 0.0))
+        self._dtype = np.dtype(tensor.dtype)
+        self._integer = np.issubdtype(self._dtype, np.integer)
+
+    def __call__(self, frame_bgr: np.ndarray) -> tuple[np.ndarray, FrameTransform]:
+        image, transform = self._fit(frame_bgr)
+        image = self._convert_colour(image)
+        tensor = self._normalise(image)
+        if self.spec.layout == "NCHW":
+            tensor = tensor.transpose(2, 0, 1)
+        return np.ascontiguousarray(tensor[np.newaxis]), transform
+
+    def _fit(self, frame: np.ndarray) -> tuple[np.ndarray, FrameTransform]:
+        src_h, src_w = frame.shape[:2]
+        if self.spec.resize == "stretch":
+            sx, sy = self.width / src_w, self.height / src_h
+            resized = cv2.resize(frame, (self.width, self.height), interpolation=cv2.INTER_LINEAR)
+            return resized, FrameTransform(src_w, src_h, sx, sy, 0.0, 0.0, self.width, self.height)
+        fit = min if self.spec.resize == "letterbox" else max
+        scale = fit(self.width / src_w, self.height / src_h)
+        new_w, new_h = max(1, round(src_w * scale)), max(1, round(src_h * scale))
+        resized = cv2.resize(frame, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+        off_x, off_y = (self.width - new_w) // 2, (self.height - new_h) // 2
+        if self.spec.resize == "letterbox":
+            canvas = np.zeros((self.height, self.width, frame.shape[2]), dtype=frame.dtype)
+            canvas[off_y : off_y + new_h, off_x : off_x + new_w] = resized
+        else:
+            canvas = resized[-off_y : -off_y + self.height, -off_x : -off_x + self.width]
+        return canvas, FrameTransform(src_w, src_h, scale, scale, off_x, off_y, self.width, self.height)
+
+    def _convert_colour(self, image: np.ndarray) -> np.ndarray:
+        if self.spec.color_order == "RGB":
+            return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+        if self.spec.color_order == "GRAY":
+            return cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)[..., np.newaxis]
+        return image
+
+    def _normalise(self, image: np.ndarray) -> np.ndarray:
+        if self._identity and image.dtype == self._dtype:
+            return image
+        values = image.astype(np.float32) * self._scale + self._offset
+        if self._integer:
+            info = np.iinfo(self._dtype)
+            values = np.clip(np.rint(values), info.min, info.max)
+        return values.astype(self._dtype, copy=False)

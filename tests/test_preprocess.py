@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edge_runtime.backends.base import Quantization, TensorSpec
+from edge_runtime.errors import ConfigError
+from edge_runtime.package.manifest import InputSpec
+
+
+def make(spec: InputSpec, dtype: str = "float32", quantization: Quantization | None = None):  # type: ignore[no-untyped-def]
+    from edge_runtime.preprocess import ImagePreprocessor
+
+    return ImagePreprocessor(spec, TensorSpec("x", spec.shape, dtype, quantization))
+
+
+def test_stretch_rgb_normalised_nhwc() -> None:
+    pre = make(InputSpec(shape=(1, 4, 8, 3), layout="NHWC", color_order="RGB", mean=(127.5,), std=(127.5,)))
+    frame = np.zeros((40, 80, 3), np.uint8)
+    frame[..., 0] = 255  # blue in BGR
+    tensor, transform = pre(frame)
+    assert tensor.shape == (1, 4, 8, 3) and tensor.dtype == np.float32
+    assert np.allclose(tensor[0, :, :, 2], 1.0) and np.allclose(tensor[0, :, :, :2], -1.0)
+    x, y = transform.to_source(np.array([0.5]), np.array([1.0]))
+    assert (x[0], y[0]) == (40.0, 40.0)
+
+
+def test_letterbox_pads_and_maps_back() -> None:
+    pre = make(InputSpec(shape=(1, 3, 100, 100), layout="NCHW", resize="letterbox"))
+    frame = np.full((50, 200, 3), 200, np.uint8)
+    tensor, transform = pre(frame)
+    assert tensor.shape == (1, 3, 100, 100)
+    assert tensor[0, :, 0, :].max() == 0.0  # top padding row
+    assert tensor[0, :, 50, :].min() == 200.0  # image rows in the middle
+    x, y = transform.to_source(np.array([0.0, 1.0]), np.array([0.37, 0.62]))  # 37 padding rows
+    assert np.allclose(x, [0, 200]) and np.allclose(y, [0, 50])
+
+
+def test_crop_fills_the_input_and_maps_back() -> None:
+    pre = make(InputSpec(shape=(1, 10, 10, 3), layout="NHWC", resize="crop"))
+    frame = np.zeros((10, 30, 3), np.uint8)
+    frame[:, 10:20] = 255
+    tensor, transform = pre(frame)
+    assert tensor.min() == 255.0  # only the centre survives the crop
+    x, _ = transform.to_source(np.array([0.0, 1.0]), np.array([0.0]))
+    assert np.allclose(x, [10, 20])
+
+
+def test_quantized_input_uses_the_tensor_scale_and_zero_point() -> None:
+    spec = InputSpec(shape=(1, 2, 2, 1), layout="NHWC", color_order="GRAY", mean=(0.0,), std=(255.0,))
+    pre = make(spec, "int8", Quantization(scale=1 / 255, zero_point=-128))
+    tensor, _ = pre(np.full((2, 2, 3), 255, np.uint8))
+    assert tensor.dtype == np.int8 and tensor.max() == 127
+    tensor, _ = pre(np.zeros((2, 2, 3), np.uint8))
+    assert tensor.min() == -128
+
+
+def test_uint8_identity_passes_pixels_through() -> None:
+    pre = make(InputSpec(shape=(1, 2, 2, 3), layout="NHWC", dtype="uint8"), "uint8")
+    frame = np.arange(12, dtype=np.uint8).reshape(2, 2, 3)
+    tensor, _ = pre(frame)
+    assert tensor.dtype == np.uint8 and np.array_equal(tensor[0], frame)
+
+
+def test_non_image_input_is_refused() -> None:
+    with pytest.raises(ConfigError, match="needs an NHWC or NCHW 4-D shape"):
+        make(InputSpec(shape=(1, 10), layout="NC"))
