@@ -1,8 +1,8 @@
 """Rebuilds the bundled samples from their public sources.
 
 Run on a workstation with network access to PyPI:  python samples/build_samples.py
-- MediaPipe's face detector (Apache-2.0) from the `mediapipe==0.10.14` wheel, packaged with its
-  TFLite original and an OpenVINO IR converted from it;
+- MediaPipe's face and person detectors (Apache-2.0) from the `mediapipe==0.10.14` wheel, each
+  packaged with its TFLite original and an OpenVINO IR converted from it;
 - the astronaut photograph (public domain, NASA) from the scikit-image wheel.
 """
 
@@ -13,6 +13,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import cv2
 import openvino as ov
@@ -21,7 +22,6 @@ from edge_runtime.package.manifest import DecoderSpec, InputSpec, ModelFormat, P
 from edge_runtime.package.writer import describe_variant, write_package
 
 SAMPLES = Path(__file__).resolve().parent
-FACE_MODEL = "mediapipe/modules/face_detection/face_detection_short_range.tflite"
 
 
 def fetch_wheel(requirement: str, into: Path) -> Path:
@@ -42,35 +42,73 @@ def fetch_wheel(requirement: str, into: Path) -> Path:
     return next(into.glob("*.whl"))
 
 
-def build_face_detector(work: Path) -> None:
-    wheel = fetch_wheel("mediapipe==0.10.14", work / "mediapipe")
-    root = SAMPLES / "models" / "face_detection_short_range"
+def ssd_params(strides: list[int], input_size: int, num_keypoints: int) -> dict[str, object]:
+    """MediaPipe's SSD anchor settings for its BlazeFace/BlazePose detectors."""
+    return {
+        "num_layers": len(strides),
+        "strides": strides,
+        "min_scale": 0.1484375,
+        "max_scale": 0.75,
+        "anchor_offset": 0.5,
+        "aspect_ratios": [1.0],
+        "fixed_anchor_size": True,
+        "box_scale": float(input_size),
+        "num_keypoints": num_keypoints,
+        "score_clip": 100.0,
+        "min_score": 0.5,
+        "iou_threshold": 0.3,
+    }
+
+
+MEDIAPIPE_DETECTORS = {
+    "face_detection_short_range": {
+        "member": "mediapipe/modules/face_detection/face_detection_short_range.tflite",
+        "description": "MediaPipe BlazeFace short-range face detector (faces within about 2 m), 128x128 RGB.",
+        "size": 128,
+        "outputs": ("regressors", "classificators"),
+        "labels": ("face",),
+        "decoder": ssd_params([8, 16, 16, 16], 128, 6),
+        "openvino_ir": True,
+    },
+    "pose_detection": {
+        "member": "mediapipe/modules/pose_detection/pose_detection.tflite",
+        "description": "MediaPipe BlazePose person detector (finds the person and body-centre keypoints), 224x224 RGB.",
+        "size": 224,
+        "outputs": ("Identity", "Identity_1"),
+        "labels": ("person",),
+        "decoder": ssd_params([8, 16, 32, 32, 32], 224, 4),
+        "openvino_ir": False,  # OpenVINO reads the .tflite itself; an fp32 IR would triple the size
+    },
+}
+
+
+def build_mediapipe_detector(wheel: Path, name: str, spec: dict[str, Any]) -> None:
+    root = SAMPLES / "models" / name
     (root / "tflite" / "fp32").mkdir(parents=True, exist_ok=True)
-    (root / "openvino" / "fp32").mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel) as archive:
-        (root / "tflite/fp32/model.tflite").write_bytes(archive.read(FACE_MODEL))
-    ov.save_model(
-        ov.convert_model(root / "tflite/fp32/model.tflite"),
-        root / "openvino/fp32/model.xml",
-        compress_to_fp16=False,
-    )
+        (root / "tflite/fp32/model.tflite").write_bytes(archive.read(spec["member"]))
     variants = {
         "tflite/fp32": describe_variant(root, ["tflite/fp32/model.tflite"], ModelFormat.TFLITE, Precision.FP32),
-        "openvino/fp32": describe_variant(
-            root, ["openvino/fp32/model.xml", "openvino/fp32/model.bin"], ModelFormat.OPENVINO, Precision.FP32
-        ),
     }
+    if spec["openvino_ir"]:
+        (root / "openvino" / "fp32").mkdir(parents=True, exist_ok=True)
+        model = ov.convert_model(root / "tflite/fp32/model.tflite")
+        ov.save_model(model, root / "openvino/fp32/model.xml", compress_to_fp16=False)
+        variants["openvino/fp32"] = describe_variant(
+            root, ["openvino/fp32/model.xml", "openvino/fp32/model.bin"], ModelFormat.OPENVINO, Precision.FP32
+        )
+    size = spec["size"]
     write_package(
         root,
         variants,
-        name="face_detection_short_range",
+        name=name,
         version="0.10.14",
         task=Task.DETECTION,
-        description="MediaPipe BlazeFace short-range face detector (faces within about 2 m), 128x128 RGB.",
+        description=spec["description"],
         license="Apache-2.0",
         inputs=(
             InputSpec(
-                shape=(1, 128, 128, 3),
+                shape=(1, size, size, 3),
                 layout="NHWC",
                 color_order="RGB",
                 resize="letterbox",
@@ -78,25 +116,9 @@ def build_face_detector(work: Path) -> None:
                 std=(127.5,),
             ),
         ),
-        output_names=("regressors", "classificators"),
-        labels=("face",),
-        decoder=DecoderSpec(
-            name="ssd_anchors",
-            params={
-                "num_layers": 4,
-                "strides": [8, 16, 16, 16],
-                "min_scale": 0.1484375,
-                "max_scale": 0.75,
-                "anchor_offset": 0.5,
-                "aspect_ratios": [1.0],
-                "fixed_anchor_size": True,
-                "box_scale": 128.0,
-                "num_keypoints": 6,
-                "score_clip": 100.0,
-                "min_score": 0.5,
-                "iou_threshold": 0.3,
-            },
-        ),
+        output_names=spec["outputs"],
+        labels=spec["labels"],
+        decoder=DecoderSpec(name="ssd_anchors", params=spec["decoder"]),
     )
 
 
@@ -111,5 +133,7 @@ def build_images(work: Path) -> None:
 
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
-        build_face_detector(Path(tmp))
+        mediapipe = fetch_wheel("mediapipe==0.10.14", Path(tmp) / "mediapipe")
+        for name, spec in MEDIAPIPE_DETECTORS.items():
+            build_mediapipe_detector(mediapipe, name, spec)
         build_images(Path(tmp))
