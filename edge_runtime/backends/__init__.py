@@ -57,9 +57,7 @@ def make_options(key: str, options: BackendOptions | Mapping[str, Any] | None = 
         raise ConfigError(f"invalid options for backend {key}: {problems}") from None
 
 
-def load_backend(
-    key: str, source: ModelSource, options: BackendOptions | Mapping[str, Any] | None = None
-) -> Backend:
+def load_backend(key: str, source: ModelSource, options: BackendOptions | Mapping[str, Any] | None = None) -> Backend:
     cls = backend_class(key)
     if source.format not in cls.formats:
         formats = ", ".join(sorted(f.value for f in cls.formats))

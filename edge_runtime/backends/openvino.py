@@ -1,0 +1,515 @@
+"""OpenVINO backend: OpenVINO IR, ONNX and TFLite models on CPU, GPU, NPU or AUTO.
+
+Precision is always set explicitly. Left alone, the CPU plugin runs fp32 models in bf16 on CPUs that
+have it (and silently maps an f16 request to bf16), which moves a detector's outputs far enough to
+change its detections. So every compile states INFERENCE_PRECISION_HINT, checked against the
+device's OPTIMIZATION_CAPABILITIES, and `runs_on.precision` is what the compiled model reports back.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from edge_runtime.backends.base import (
+    AsyncRunner,
+    Backend,
+    BackendOptions,
+    BackendStatus,
+    Callback,
+    ModelSource,
+    Outputs,
+    RunsOn,
+    TensorSpec,
+)
+from edge_runtime.errors import BackendUnavailableError, ConfigError, ModelLoadError, ModelMismatchError
+from edge_runtime.package.manifest import InputSpec, ModelFormat, Precision
+
+VIRTUAL_DEVICES = frozenset({"AUTO", "MULTI", "HETERO"})
+_HINT_TYPE = {Precision.FP32: "f32", Precision.BF16: "bf16", Precision.FP16: "f16"}
+_FROM_HINT_TYPE = {value: key for key, value in _HINT_TYPE.items()}
+_CAPABILITY = {Precision.FP32: "FP32", Precision.BF16: "BF16", Precision.FP16: "FP16", Precision.INT8: "INT8"}
+_RESERVED_PROPERTIES = {
+    "INFERENCE_PRECISION_HINT": "precision",
+    "CACHE_DIR": "cache_dir",
+    "PERFORMANCE_HINT": "hint",
+    "INFERENCE_NUM_THREADS": "threads",
+}
+
+
+class EmbeddedPreprocessing(BaseModel):
+    """Preprocessing folded into the compiled graph, so the caller feeds raw uint8 NHWC frames.
+
+    The device then does the conversion, colour swap, resize and normalisation itself (on a GPU or
+    NPU that saves a host-side pass over every frame). Only a plain stretch resize can be folded.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    frame_height: int = Field(ge=1)
+    frame_width: int = Field(ge=1)
+    frame_color: Literal["BGR", "RGB"] = "BGR"
+    model_color: Literal["BGR", "RGB", "GRAY"] | None = Field(
+        default=None, description="Colour order the model expects; None keeps the frame's."
+    )
+    model_layout: Literal["NHWC", "NCHW"]
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    input_name: str | None = Field(default=None, description="Model input to fold into; None: the only one.")
+
+    @classmethod
+    def from_input_spec(
+        cls, spec: InputSpec, frame_height: int, frame_width: int, frame_color: Literal["BGR", "RGB"] = "BGR"
+    ) -> EmbeddedPreprocessing:
+        """Folding as the manifest describes the input, for frames of the given size and colour order."""
+        if spec.layout not in ("NHWC", "NCHW"):
+            raise ConfigError(f"cannot fold preprocessing for input layout {spec.layout!r}: need NHWC or NCHW")
+        if spec.resize != "stretch":
+            raise ConfigError(
+                f"cannot fold resize {spec.resize!r} into the graph (only 'stretch'); preprocess on the host"
+            )
+        return cls(
+            frame_height=frame_height,
+            frame_width=frame_width,
+            frame_color=frame_color,
+            model_color=spec.color_order,
+            model_layout=spec.layout,
+            mean=spec.mean,
+            std=spec.std,
+            input_name=spec.name,
+        )
+
+
+class OpenVinoOptions(BackendOptions):
+    num_requests: int | None = Field(
+        default=None, ge=1, description="Requests the plugin plans streams for (PERFORMANCE_HINT_NUM_REQUESTS)."
+    )
+    enable_cpu_pinning: bool | None = Field(
+        default=None, description="Pin inference threads; turn off when other busy processes share the CPU."
+    )
+    compile_cache: bool = Field(default=True, description="Keep compiled blobs in cache_dir when it is set.")
+    static_shape: tuple[int, ...] | None = Field(
+        default=None, description="Reshape the only input to this static shape (NPU needs static shapes)."
+    )
+    embedded_preprocessing: EmbeddedPreprocessing | None = None
+    extra_properties: dict[str, str] = Field(default_factory=dict)
+
+
+@functools.lru_cache(maxsize=1)
+def _core() -> Any:
+    import openvino as ov
+
+    return ov.Core()
+
+
+def _require_core() -> Any:
+    try:
+        return _core()
+    except Exception as error:
+        raise BackendUnavailableError(f"OpenVINO cannot be used: {_first_line(error)}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    """OpenVINO prefixes its messages with source locations; the user needs the first real line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(("Exception from ", "Check '"))]
+    return (useful or lines or [type(error).__name__])[0]
+
+
+def device_capabilities() -> dict[str, tuple[str, ...]]:
+    """OPTIMIZATION_CAPABILITIES (FP32, BF16, FP16, INT8, EXPORT_IMPORT, ...) per device; {} without OpenVINO."""
+    try:
+        core = _core()
+        return {d: tuple(core.get_property(d, "OPTIMIZATION_CAPABILITIES")) for d in core.available_devices}
+    except Exception:
+        return {}
+
+
+def device_family(device: str) -> str:
+    """'GPU.1' -> 'GPU', 'AUTO:GPU,CPU' -> 'AUTO'."""
+    return device.partition(":")[0].partition(".")[0].upper()
+
+
+def _is_available(name: str, available: Sequence[str]) -> bool:
+    if name in available or any(d.startswith(name + ".") for d in available):
+        return True
+    return name.endswith(".0") and name[:-2] in available
+
+
+def resolve_device(device: str, available: Sequence[str]) -> list[str]:
+    """The physical devices a device string may run on; raises when one of them is not on this box."""
+    head, _, rest = device.partition(":")
+    if head.upper() in VIRTUAL_DEVICES:
+        names = [name.strip() for name in rest.split(",") if name.strip()]
+        excluded = {name[1:] for name in names if name.startswith("-")}
+        wanted = [name for name in names if not name.startswith("-")]
+        if not wanted:  # AUTO leaves the NPU out of its default list
+            skip = excluded | {"NPU"}
+            wanted = [d for d in available if d not in skip and device_family(d) not in skip]
+    else:
+        wanted = [device]
+    missing = [name for name in wanted if not _is_available(name, available)]
+    if missing or not wanted:
+        what = f"device {missing[0]!r}" if missing else "a device"
+        seen = ", ".join(available) or "no devices"
+        raise BackendUnavailableError(
+            f"OpenVINO {what} (asked as {device!r}) is not available on this box; OpenVINO sees: {seen}"
+        )
+    return wanted
+
+
+def float_precision_for(variant: Precision, asked: Precision | None, family: str) -> Precision:
+    """Precision of the float ops: what was asked, else the variant's own, never lower.
+
+    An fp16 variant runs in f32 on a CPU (fp16 there is emulated or mapped to bf16) and in f16 on a
+    GPU or NPU, which compute it natively. Quantized ops of an int8 variant run int8 regardless.
+    """
+    if asked is Precision.INT8:
+        if variant is not Precision.INT8:
+            raise ConfigError(
+                f"precision int8 needs an int8 model variant; OpenVINO cannot quantize this {variant.value} one"
+            )
+        return Precision.FP32
+    if asked is not None:
+        return asked
+    if variant is Precision.INT8:
+        return Precision.FP32
+    if variant is Precision.FP16:
+        return Precision.FP16 if family in ("GPU", "NPU") else Precision.FP32
+    return variant
+
+
+def check_capable(device: str, precision: Precision, capabilities: Sequence[str]) -> None:
+    """An unsupported INFERENCE_PRECISION_HINT is not refused by OpenVINO but silently replaced, so refuse it here."""
+    if _CAPABILITY[precision] not in capabilities:
+        possible = [p.value for p, capability in _CAPABILITY.items() if capability in capabilities and p in _HINT_TYPE]
+        raise ConfigError(
+            f"OpenVINO device {device} cannot run {precision.value}: its OPTIMIZATION_CAPABILITIES are "
+            f"{', '.join(capabilities) or 'empty'}; set precision to one it can run ({', '.join(possible) or 'none'})"
+        )
+
+
+def _device_properties(core: Any, device: str, precision: Precision, options: OpenVinoOptions) -> dict[str, Any]:
+    """Per-device settings, keeping only those the device's plugin understands (NPU has no thread count)."""
+    check_capable(device, precision, tuple(core.get_property(device, "OPTIMIZATION_CAPABILITIES")))
+    supported = core.get_property(device, "SUPPORTED_PROPERTIES")
+    wanted = {
+        "INFERENCE_PRECISION_HINT": _HINT_TYPE.get(precision),
+        "INFERENCE_NUM_THREADS": options.threads,
+        "ENABLE_CPU_PINNING": options.enable_cpu_pinning,
+    }
+    return {key: value for key, value in wanted.items() if value is not None and key in supported}
+
+
+def _cache_dir(options: OpenVinoOptions) -> Path | None:
+    """Blobs are not portable across OpenVINO releases, so each release gets its own folder."""
+    if options.cache_dir is None or not options.compile_cache:
+        return None
+    from openvino import get_version
+
+    return options.cache_dir / f"openvino-{get_version().split('-')[0]}"
+
+
+def compile_config(
+    core: Any, candidates: Sequence[str], plan: dict[str, Precision], options: OpenVinoOptions, virtual: bool
+) -> dict[str, Any]:
+    """The properties handed to compile_model; virtual devices get per-device DEVICE_PROPERTIES."""
+    for key in options.extra_properties:
+        if key in _RESERVED_PROPERTIES:
+            raise ConfigError(f"extra_properties must not set {key}; use the option {_RESERVED_PROPERTIES[key]}")
+    config: dict[str, Any] = {"PERFORMANCE_HINT": options.hint.upper()}
+    num_requests = options.num_requests or options.max_in_flight
+    if num_requests is not None:
+        config["PERFORMANCE_HINT_NUM_REQUESTS"] = str(num_requests)
+    cache_dir = _cache_dir(options)
+    if cache_dir is not None:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        config["CACHE_DIR"] = str(cache_dir)
+    per_device = {name: _device_properties(core, name, plan[name], options) for name in candidates}
+    if virtual:
+        config["DEVICE_PROPERTIES"] = per_device
+    else:
+        config.update(per_device[candidates[0]])
+    config.update(options.extra_properties)
+    return config
+
+
+def _read_model(core: Any, path: Path) -> Any:
+    try:
+        return core.read_model(str(path))
+    except Exception as error:
+        raise ModelLoadError(f"OpenVINO cannot read model {path}: {_first_line(error)}") from None
+
+
+def make_static(model: Any, options: OpenVinoOptions, needs_static: bool, path: Path) -> None:
+    """Reshape to `options.static_shape`, or pin a dynamic batch to 1 for devices that need static shapes."""
+    from openvino import PartialShape
+
+    if options.static_shape is not None:
+        if len(model.inputs) != 1:
+            raise ConfigError(f"static_shape needs a model with one input; {path} has {len(model.inputs)}")
+        shapes = {model.inputs[0]: PartialShape(list(options.static_shape))}
+    elif needs_static and model.is_dynamic():
+        shapes = {}
+        for port in model.inputs:
+            dims = list(port.get_partial_shape())
+            if port.get_partial_shape().rank.is_dynamic or any(d.is_dynamic for d in dims[1:]):
+                raise ConfigError(
+                    f"{path} input {port.get_partial_shape()} has dynamic dims besides the batch; "
+                    "the device needs static shapes: set static_shape"
+                )
+            shapes[port] = PartialShape([1, *(d.get_length() for d in dims[1:])])
+    else:
+        return
+    try:
+        model.reshape(shapes)
+    except Exception as error:
+        raise ConfigError(f"cannot reshape {path} to {list(shapes.values())}: {_first_line(error)}") from None
+
+
+def _per_channel(values: tuple[float, ...]) -> float | list[float]:
+    return values[0] if len(values) == 1 else list(values)
+
+
+def fold_preprocessing(model: Any, pre: EmbeddedPreprocessing, path: Path) -> Any:
+    """Rebuild the model so its input is a uint8 NHWC frame; resize is linear to the model's size."""
+    from openvino import Layout, Type
+    from openvino.preprocess import ColorFormat, PrePostProcessor, ResizeAlgorithm
+
+    names = [name for port in model.inputs for name in port.get_names()]
+    if pre.input_name is not None and pre.input_name not in names:
+        raise ConfigError(f"embedded_preprocessing.input_name {pre.input_name!r} is not an input of {path}")
+    if pre.input_name is None and len(model.inputs) != 1:
+        raise ConfigError(f"{path} has {len(model.inputs)} inputs: set embedded_preprocessing.input_name")
+    ppp = PrePostProcessor(model)
+    port = ppp.input(pre.input_name) if pre.input_name is not None else ppp.input()
+    port.tensor().set_element_type(Type.u8).set_layout(Layout("NHWC")).set_color_format(
+        getattr(ColorFormat, pre.frame_color)
+    ).set_spatial_static_shape(pre.frame_height, pre.frame_width)
+    steps = port.preprocess().convert_element_type(Type.f32)
+    if pre.model_color not in (None, pre.frame_color):
+        steps.convert_color(getattr(ColorFormat, pre.model_color))
+    steps.resize(ResizeAlgorithm.RESIZE_LINEAR)
+    if pre.mean is not None:
+        steps.mean(_per_channel(pre.mean))
+    if pre.std is not None:
+        steps.scale(_per_channel(pre.std))
+    port.model().set_layout(Layout(pre.model_layout))
+    try:
+        return ppp.build()
+    except Exception as error:
+        raise ConfigError(f"cannot fold preprocessing into {path}: {_first_line(error)}") from None
+
+
+def tensor_specs(ports: Sequence[Any], kind: str) -> list[TensorSpec]:
+    specs = []
+    for index, port in enumerate(ports):
+        names = port.get_names()
+        name = port.get_any_name() if names else f"{kind}_{index}"
+        partial = port.get_partial_shape()
+        shape = () if partial.rank.is_dynamic else tuple(None if d.is_dynamic else d.get_length() for d in partial)
+        specs.append(TensorSpec(name, shape, np.dtype(port.get_element_type().to_dtype()).name))
+    return specs
+
+
+def _type_name(value: Any) -> str:
+    return str(value.get_type_name()) if hasattr(value, "get_type_name") else str(value)
+
+
+def _compiled_properties(compiled: Any, execution_device: str, virtual: bool) -> dict[str, Any]:
+    """Properties of the compiled model on the device it really runs on (AUTO nests them per device)."""
+    if virtual:
+        per_device = compiled.get_property("DEVICE_PROPERTIES")
+        return dict(per_device.get(execution_device) or per_device.get(device_family(execution_device)) or {})
+    supported = compiled.get_property("SUPPORTED_PROPERTIES")
+    names = ("INFERENCE_PRECISION_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "ENABLE_CPU_PINNING")
+    return {name: compiled.get_property(name) for name in names if name in supported}
+
+
+_COMPUTE_LAYERS = frozenset({"Convolution", "FullyConnected", "MatMul", "GroupConvolution", "Deconvolution"})
+
+
+def runs_quantized(compiled: Any) -> bool | None:
+    """Whether any compute layer of the compiled graph executes in 8 bit; None if it cannot be read."""
+    try:
+        ops = compiled.get_runtime_model().get_ordered_ops()
+        layers = [op.get_rt_info() for op in ops]
+        return any(
+            info["layerType"].astype(str) in _COMPUTE_LAYERS and info["runtimePrecision"].astype(str) in ("u8", "i8")
+            for info in layers
+            if "layerType" in info and "runtimePrecision" in info
+        )
+    except Exception:
+        return None
+
+
+def _shareable(array: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """The caller's array itself when OpenVINO can read it in place, else a converted contiguous copy."""
+    if isinstance(array, np.ndarray) and array.dtype == dtype and array.flags.c_contiguous and array.flags.writeable:
+        return array
+    return np.array(array, dtype=dtype, order="C")
+
+
+class OpenVinoAsyncRunner(AsyncRunner):
+    """Keeps `capacity` OpenVINO infer requests busy through `openvino.AsyncInferQueue`.
+
+    Inputs are copied into the request (the caller may reuse its frame buffer right after `submit`),
+    and outputs are copied out before the callback, because the queue reuses each request's buffers.
+    An exception raised by the callback is re-raised by the next `submit` or `wait_all`.
+    """
+
+    def __init__(self, compiled: Any, jobs: int, callback: Callback) -> None:
+        from openvino import AsyncInferQueue
+
+        self._queue = AsyncInferQueue(compiled, jobs)
+        self.capacity = len(self._queue)
+        self._callback = callback
+        self._output_count = len(compiled.outputs)
+        self._submit_lock = threading.Lock()
+        self._callback_errors: list[BaseException] = []
+        self._queue.set_callback(self._on_done)
+
+    def _on_done(self, request: Any, userdata: Any) -> None:
+        try:
+            outputs = [request.get_output_tensor(i).data.copy() for i in range(self._output_count)]
+            self._callback(userdata, outputs, None)
+        except BaseException as error:
+            self._callback_errors.append(error)
+
+    def submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> None:
+        self._raise_callback_error()
+        with self._submit_lock:  # the queue picks its idle request before starting it
+            try:
+                self._queue.start_async(list(inputs), userdata, share_inputs=False)
+            except (RuntimeError, TypeError, ValueError) as error:
+                failure: BaseException = ModelMismatchError(f"OpenVINO refused the inputs: {_first_line(error)}")
+            else:
+                return
+        self._callback(userdata, None, failure)
+
+    def wait_all(self) -> None:
+        self._queue.wait_all()
+        self._raise_callback_error()
+
+    def _raise_callback_error(self) -> None:
+        if self._callback_errors:
+            error = self._callback_errors.pop(0)
+            self._callback_errors.clear()
+            raise error
+
+
+class OpenVinoBackend(Backend):
+    """A model compiled by OpenVINO; `infer` reuses one request, so call it from one thread at a time."""
+
+    key: ClassVar[str] = "openvino"
+    formats: ClassVar[frozenset[ModelFormat]] = frozenset({ModelFormat.OPENVINO, ModelFormat.ONNX, ModelFormat.TFLITE})
+    options_type: ClassVar[type[BackendOptions]] = OpenVinoOptions
+
+    @classmethod
+    def probe(cls) -> BackendStatus:
+        try:
+            from openvino import get_version
+
+            core = _core()
+            devices = tuple(core.available_devices)
+            names = {device: str(core.get_property(device, "FULL_DEVICE_NAME")) for device in devices}
+            return BackendStatus(cls.key, True, get_version(), devices, names)
+        except Exception as error:
+            return BackendStatus(cls.key, False, reason=f"OpenVINO unusable: {_first_line(error)}")
+
+    def __init__(self, source: ModelSource, options: BackendOptions) -> None:
+        opts = (
+            options
+            if isinstance(options, OpenVinoOptions)
+            else OpenVinoOptions(**options.model_dump(exclude_unset=True))
+        )
+        core = _require_core()
+        from openvino import Tensor
+
+        self._options = opts
+        self._virtual = device_family(opts.device) in VIRTUAL_DEVICES
+        candidates = resolve_device(opts.device, tuple(core.available_devices))
+        plan = {name: float_precision_for(source.precision, opts.precision, device_family(name)) for name in candidates}
+        config = compile_config(core, candidates, plan, opts, self._virtual)
+        model = _read_model(core, source.path)
+        make_static(model, opts, any(device_family(name) == "NPU" for name in candidates), source.path)
+        if opts.embedded_preprocessing is not None:
+            model = fold_preprocessing(model, opts.embedded_preprocessing, source.path)
+        try:
+            self._compiled = core.compile_model(model, opts.device, config)
+        except Exception as error:
+            raise ModelLoadError(
+                f"OpenVINO cannot compile {source.path} for {opts.device}: {_first_line(error)}"
+            ) from None
+        self._request = self._compiled.create_infer_request()
+        self.inputs = tensor_specs(self._compiled.inputs, "input")
+        self.outputs = tensor_specs(self._compiled.outputs, "output")
+        self._input_dtypes = [np.dtype(spec.dtype) for spec in self.inputs]
+        self._tensor_type = Tensor
+        self.runs_on = self._describe(core, source, plan, config.get("CACHE_DIR", ""))
+
+    def _describe(self, core: Any, source: ModelSource, plan: dict[str, Precision], cache_dir: str) -> RunsOn:
+        compiled = self._compiled
+        executing = [name.strip("()") for name in compiled.get_property("EXECUTION_DEVICES")]
+        device = executing[0] if executing else next(iter(plan))
+        properties = _compiled_properties(compiled, device, self._virtual)
+        planned = plan.get(device) or next(iter(plan.values()))
+        hint_type = properties.get("INFERENCE_PRECISION_HINT")
+        float_precision = planned if hint_type is None else _FROM_HINT_TYPE.get(_type_name(hint_type), planned)
+        details = {
+            "hint": self._options.hint,
+            "num_requests": str(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")),
+            "threads": str(properties.get("INFERENCE_NUM_THREADS", "")),
+            "streams": str(properties.get("NUM_STREAMS", "")),
+            "cache_dir": cache_dir,
+            "execution_devices": ",".join(executing),
+            "loaded_from_cache": str(compiled.get_property("LOADED_FROM_CACHE")),
+        }
+        precision = float_precision.value
+        quantized = runs_quantized(compiled)
+        if quantized is None:  # no runtime graph to inspect: trust the variant and the device
+            quantized = source.precision is Precision.INT8 and "INT8" in core.get_property(
+                device, "OPTIMIZATION_CAPABILITIES"
+            )
+        if quantized:
+            precision = Precision.INT8.value
+            details["float_precision"] = float_precision.value
+        elif source.precision is Precision.INT8:
+            details["quantized_ops"] = f"run in {float_precision.value} on {device}"
+        name = str(core.get_property(device, "FULL_DEVICE_NAME"))
+        return RunsOn(self.key, self._options.device, name, precision, details)
+
+    def infer(self, inputs: Sequence[np.ndarray]) -> Outputs:
+        request = self._request
+        try:
+            # The request only points at the arrays' memory, so they must stay referenced until it has run.
+            arrays = [_shareable(array, dtype) for array, dtype in zip(inputs, self._input_dtypes, strict=True)]
+            for index, array in enumerate(arrays):
+                request.set_input_tensor(index, self._tensor_type(array, shared_memory=True))
+            request.infer()
+        except (RuntimeError, TypeError, ValueError) as error:
+            raise self._input_error(inputs, error) from None
+        return [request.get_output_tensor(index).data.copy() for index in range(len(self.outputs))]
+
+    def _input_error(self, inputs: Sequence[np.ndarray], error: BaseException) -> ModelMismatchError:
+        given = ", ".join(f"{np.asarray(x).dtype}{list(np.shape(x))}" for x in inputs)
+        wanted = ", ".join(f"{spec.name}: {spec.dtype}{list(spec.shape)}" for spec in self.inputs)
+        return ModelMismatchError(
+            f"OpenVINO refused the inputs ({given}); the model takes ({wanted}): {_first_line(error)}"
+        )
+
+    def async_runner(self, callback: Callback, max_in_flight: int | None = None) -> AsyncRunner:
+        if max_in_flight is None:
+            optimal = int(self._compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+            max_in_flight = min(optimal, self._options.max_in_flight or optimal)
+        return OpenVinoAsyncRunner(self._compiled, max(1, max_in_flight), callback)
+
+    def close(self) -> None:
+        self._request = None
+        self._compiled = None
