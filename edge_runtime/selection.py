@@ -1,0 +1,384 @@
+"""Choosing how to run a model on this box, with a reason for every choice not taken.
+
+The matched profile lists backend choices best first. Each is checked against what is really there:
+the hardware fact it requires, the backend library and the device that library lists, and a variant
+of the package that the backend can load at the precision asked. The first choice that passes is
+taken; the later ones that pass stay in the list, so the runtime can move on to them when loading
+the first one fails (an NPU compile error, a TensorRT build running out of memory). A choice stored
+by `bench --select` for this model goes first while it still passes. When nothing in the profile
+passes, every backend is tried on the CPU as a last resort, and the selection says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from edge_runtime.backends.base import BackendStatus
+from edge_runtime.errors import ConfigError
+from edge_runtime.hardware.facts import FACT_MISSING, Fact, Hardware
+from edge_runtime.hardware.usable import device_display_name, device_problem, library_problem
+from edge_runtime.package.loader import ModelPackage
+from edge_runtime.package.manifest import Precision, describe_validation_error
+from edge_runtime.profiles import BACKEND_FORMATS, DEFAULT_VARIANTS, BackendKey, Choice, DeviceProfile
+
+Origin = Literal["stored", "override", "profile", "fallback"]
+Status = Literal["taken", "runnable", "skipped"]
+
+PRECISION_RANK = {Precision.INT8: 0, Precision.FP16: 1, Precision.BF16: 1, Precision.FP32: 2}
+DELEGATE_FACTS: dict[str, Fact] = {"edgetpu": "edgetpu"}
+FALLBACK_BACKENDS: tuple[BackendKey, ...] = ("openvino", "onnxruntime", "litert")
+STORE_FILE = "selections.json"
+STORE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What the user pinned on the command line; each one narrows the profile's choices."""
+
+    backend: str | None = None
+    device: str | None = None
+    precision: Precision | None = None
+    variant: str | None = None
+
+    def __post_init__(self) -> None:
+        """Accept a precision spelt as on the command line ("int8") as well as the enum."""
+        value: object = self.precision
+        if value is not None and not isinstance(value, Precision):
+            try:
+                object.__setattr__(self, "precision", Precision(value))
+            except ValueError:
+                known = ", ".join(p.value for p in Precision)
+                raise ConfigError(f"unknown precision {value!r}; expected one of {known}") from None
+
+    def active(self) -> bool:
+        return any(value is not None for value in (self.backend, self.device, self.precision, self.variant))
+
+    def excludes(self, choice: Choice) -> str | None:
+        if self.backend is not None and choice.backend != self.backend:
+            return f"not requested (--backend {self.backend})"
+        if self.device is not None and choice.device.upper() != self.device.upper():
+            return f"not requested (--device {self.device})"
+        return None
+
+    def apply(self, choice: Choice) -> Choice:
+        update: dict[str, Any] = {}
+        if self.precision is not None:
+            update["precision"] = self.precision
+        if self.variant is not None:
+            update["variants"] = (self.variant,)
+        return choice.model_copy(update=update) if update else choice
+
+    def as_choice(self) -> Choice:
+        """The choice the user described, for when the profile has none like it."""
+        assert self.backend is not None
+        fields = {
+            "backend": self.backend,
+            "device": self.device or "CPU",
+            "precision": self.precision,
+            "variants": [self.variant] if self.variant else [],
+        }
+        try:
+            return Choice.model_validate(fields)
+        except ValidationError as error:
+            problems = "; ".join(describe_validation_error(error))
+            raise ConfigError(f"invalid backend override: {problems}") from None
+
+
+@dataclass(frozen=True)
+class StoredChoice:
+    """The winner of `bench --select` for one model on this box."""
+
+    choice: Choice
+    variant_id: str
+    stored_at: str
+    metrics: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    choice: Choice
+    origin: Origin
+    status: Status
+    reason: str
+    variant_id: str | None = None
+    device_name: str | None = None
+
+    @property
+    def runnable(self) -> bool:
+        return self.status != "skipped"
+
+    def backend_options(self) -> dict[str, Any]:
+        return self.choice.backend_options()
+
+    def to_dict(self) -> dict[str, Any]:
+        choice = self.choice
+        return {
+            "origin": self.origin,
+            "status": self.status,
+            "reason": self.reason,
+            "backend": choice.backend,
+            "device": choice.device,
+            "device_name": self.device_name,
+            "delegate": choice.delegate,
+            "precision": choice.precision.value if choice.precision else None,
+            "variant": self.variant_id,
+            "options": self.backend_options(),
+        }
+
+
+@dataclass(frozen=True)
+class Selection:
+    model: str
+    profile: str | None
+    candidates: tuple[Candidate, ...]
+
+    @property
+    def chosen(self) -> Candidate | None:
+        return next((c for c in self.candidates if c.status == "taken"), None)
+
+    def runnable(self) -> list[Candidate]:
+        """The chosen candidate and those that may replace it if it fails to load, in order."""
+        return [c for c in self.candidates if c.runnable]
+
+    def to_dict(self) -> dict[str, Any]:
+        chosen = self.chosen
+        return {
+            "model": self.model,
+            "profile": self.profile,
+            "chosen": self.candidates.index(chosen) if chosen else None,
+            "candidates": [c.to_dict() for c in self.candidates],
+        }
+
+    def explain(self) -> str:
+        lines = [f"model {self.model}, profile {self.profile or '(none matched)'}"]
+        lines += [f"  {i}. {c.choice.label():<32} {c.reason}" for i, c in enumerate(self.candidates, 1)]
+        if self.chosen is None:
+            lines.append("  nothing can run this model here")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _Context:
+    package: ModelPackage
+    hardware: Hardware
+    statuses: Mapping[str, BackendStatus]
+
+
+def select(
+    package: ModelPackage,
+    hardware: Hardware,
+    statuses: Mapping[str, BackendStatus] | None = None,
+    profile: DeviceProfile | None = None,
+    overrides: Overrides | None = None,
+    stored: StoredChoice | None = None,
+) -> Selection:
+    """Rank the ways to run `package` here; `statuses` default to those detection recorded."""
+    context = _Context(package, hardware, hardware.libraries if statuses is None else statuses)
+    overrides = overrides or Overrides()
+    planned: list[tuple[Origin, Choice]] = [("stored", stored.choice)] if stored else []
+    planned += [("profile", choice) for choice in (profile.choices if profile else ())]
+    if overrides.backend and all(overrides.excludes(c) for origin, c in planned if origin == "profile"):
+        planned.append(("override", overrides.as_choice()))
+    candidates = [_consider(origin, choice, overrides, context) for origin, choice in planned]
+    if not any(c.runnable for c in candidates):
+        candidates += _fallbacks(candidates, overrides, context)
+    return Selection(package.name, profile.name if profile else None, _mark_taken(candidates, profile))
+
+
+def _fallbacks(earlier: list[Candidate], overrides: Overrides, context: _Context) -> list[Candidate]:
+    """Every backend on the CPU, fp32 variants first; a failed one is listed only if not tried already."""
+    tried = {(c.choice.backend, c.choice.device.upper()) for c in earlier}
+    found = []
+    for key in FALLBACK_BACKENDS:
+        native_order = DEFAULT_VARIANTS[key]
+        fp32_first = tuple(pattern.replace("/*", "/fp32") for pattern in native_order) + native_order
+        choice = Choice(backend=key, device="CPU", variants=fp32_first)
+        if overrides.excludes(choice) is None:
+            candidate = _consider("fallback", choice, overrides, context)
+            if candidate.runnable or (key, "CPU") not in tried:
+                found.append(candidate)
+    return found
+
+
+def _consider(origin: Origin, choice: Choice, overrides: Overrides, context: _Context) -> Candidate:
+    if excluded := overrides.excludes(choice):
+        return Candidate(choice, origin, "skipped", f"skipped: {excluded}")
+    choice = overrides.apply(choice)
+    status = context.statuses.get(choice.backend)
+    edgetpu_device = str(choice.options.get("edgetpu_device", ""))
+    where = (choice.backend, choice.device, choice.delegate, edgetpu_device)
+    problem = _missing_fact(choice, context.hardware) or library_problem(choice.backend, status)
+    if problem is None and status is not None:
+        problem = device_problem(*where, status, context.hardware)
+    variant_id = None
+    if problem is None:
+        variant_id, problem = pick_variant(context.package, choice, context.hardware)
+    if problem is not None or status is None:
+        if origin == "stored":
+            problem = f"stored choice from bench --select no longer runnable: {problem}"
+        return Candidate(choice, origin, "skipped", f"skipped: {problem}")
+    device_name = device_display_name(*where, status)
+    runs = f"{choice.backend} on {choice.device}" + (f"+{choice.delegate}" if choice.delegate else "")
+    runs += f" ({device_name})" if device_name else ""
+    return Candidate(choice, origin, "runnable", f"{runs}, variant {variant_id}", variant_id, device_name)
+
+
+def _signature(candidate: Candidate) -> str:
+    options = json.dumps(candidate.backend_options(), sort_keys=True, default=str)
+    return f"{candidate.choice.backend} {options} {candidate.variant_id}"
+
+
+def _mark_taken(candidates: list[Candidate], profile: DeviceProfile | None) -> tuple[Candidate, ...]:
+    """The first runnable candidate is taken; a later one that would load the very same thing is dropped."""
+    marked: list[Candidate] = []
+    seen: dict[str, int] = {}
+    taken = False
+    for candidate in candidates:
+        if candidate.runnable and _signature(candidate) in seen:
+            same = seen[_signature(candidate)]
+            candidate = replace(candidate, status="skipped", reason=f"skipped: same as choice {same} above")
+        elif candidate.runnable:
+            seen[_signature(candidate)] = len(marked) + 1
+        if candidate.runnable and not taken:
+            taken = True
+            why = {
+                "stored": "taken (stored by bench --select)",
+                "override": "taken (as requested)",
+                "profile": "taken",
+                "fallback": f"taken as fallback (nothing in profile {profile.name if profile else '(none)'} "
+                "is runnable)",
+            }[candidate.origin]
+            candidate = replace(candidate, status="taken", reason=f"{why}: {candidate.reason}")
+        elif candidate.runnable:
+            candidate = replace(candidate, reason=f"runnable, kept in reserve: {candidate.reason}")
+        marked.append(candidate)
+    return tuple(marked)
+
+
+def _missing_fact(choice: Choice, hardware: Hardware) -> str | None:
+    required = list(choice.requires)
+    if choice.delegate in DELEGATE_FACTS:
+        required.append(DELEGATE_FACTS[choice.delegate])
+    return next((FACT_MISSING[fact] for fact in required if fact not in hardware.facts), None)
+
+
+def precision_fits(variant: Precision, asked: Precision | None) -> bool:
+    """A variant fits if it is not below the precision asked for; int8 needs a quantized variant."""
+    if asked is None:
+        return True
+    if asked is Precision.INT8:
+        return variant is Precision.INT8
+    return PRECISION_RANK[variant] >= PRECISION_RANK[asked]
+
+
+def pick_variant(package: ModelPackage, choice: Choice, hardware: Hardware) -> tuple[str | None, str | None]:
+    """The first of the choice's preferred variants that the package has and the backend can run.
+
+    Returns (variant id, None) or (None, why not).
+    """
+    variants = package.manifest.variants
+    edgetpu = choice.delegate == "edgetpu"
+    loadable = [
+        vid
+        for vid, v in variants.items()
+        if v.format in BACKEND_FORMATS[choice.backend] and (v.target == "edgetpu") == edgetpu
+    ]
+    has = ", ".join(variants)
+    if not loadable:
+        what = "Edge TPU-compiled variant" if edgetpu else f"variant for {choice.backend}"
+        return None, f"no {what} in package (has: {has})"
+    fitting = [vid for vid in loadable if precision_fits(variants[vid].precision, choice.precision)]
+    capabilities = hardware.openvino_capabilities(choice.device) if choice.backend == "openvino" else None
+    if capabilities is not None and "INT8" not in capabilities:  # e.g. GPUs older than Iris Xe
+        fitting = [vid for vid in fitting if variants[vid].precision is not Precision.INT8]
+    for pattern in choice.variant_patterns:
+        for vid in fitting:
+            if fnmatchcase(vid, pattern):
+                return vid, None
+    asked = f" at {choice.precision.value} or higher" if choice.precision else ""
+    if choice.precision is Precision.INT8:
+        asked = " at int8 (a quantized variant)"
+    lacks_int8 = capabilities is not None and "INT8" not in capabilities
+    no_int8 = f"; {choice.device} lacks INT8 in OPTIMIZATION_CAPABILITIES" if lacks_int8 else ""
+    wanted = ", ".join(choice.variant_patterns)
+    return None, f"no variant matching {wanted}{asked} for {choice.backend} (package has: {has}){no_int8}"
+
+
+def model_key(package: ModelPackage) -> str:
+    """A digest of every variant's file checksums: a stored choice never outlives the files it was measured on."""
+    files = {vid: [f.sha256 for f in v.files] for vid, v in sorted(package.manifest.variants.items())}
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
+def load_stored_choice(state_dir: Path | str, model_key: str) -> StoredChoice | None:
+    path = Path(state_dir) / STORE_FILE
+    entry = _read_store(path).get("models", {}).get(model_key)
+    if entry is None:
+        return None
+    try:
+        choice = Choice.model_validate(entry["choice"])
+        variant_id = str(entry["variant"])
+        metrics = {str(k): float(v) for k, v in dict(entry.get("metrics", {})).items()}
+    except ValidationError as error:
+        problems = "; ".join(describe_validation_error(error))
+        raise ConfigError(f"stored selection in {path}, model {model_key}: choice.{problems}") from None
+    except (KeyError, TypeError, ValueError) as error:
+        raise ConfigError(f"stored selection in {path}, model {model_key} is malformed: {error!r}") from None
+    choice = choice.model_copy(update={"variants": (variant_id,)})
+    return StoredChoice(choice, variant_id, str(entry.get("stored_at", "")), metrics)
+
+
+def store_choice(
+    state_dir: Path | str,
+    model_key: str,
+    choice: Choice,
+    variant_id: str,
+    metrics: Mapping[str, float] | None = None,
+) -> Path:
+    """Record the choice for this model, replacing any before it; written atomically."""
+    path = Path(state_dir) / STORE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        store = _read_store(path)
+    except ConfigError:
+        store = {}  # an unreadable store is what a new `bench --select` is meant to replace
+    models = dict(store.get("models", {}))
+    models[model_key] = {
+        "choice": choice.model_dump(mode="json", exclude_defaults=True),
+        "variant": variant_id,
+        "stored_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "metrics": dict(metrics or {}),
+    }
+    text = json.dumps({"version": STORE_VERSION, "models": models}, indent=2, sort_keys=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".selections-", delete=False) as stream:
+        stream.write(text + "\n")
+    Path(stream.name).replace(path)
+    return path
+
+
+def _read_store(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as error:
+        raise ConfigError(f"cannot read stored selections {path}: {error.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"stored selections {path} are not valid JSON ({error}); run bench --select again") from None
+    if not isinstance(data, dict) or data.get("version") != STORE_VERSION or not isinstance(data.get("models"), dict):
+        raise ConfigError(
+            f"stored selections {path} are not version {STORE_VERSION} selections; run bench --select again"
+        )
+    return data
