@@ -34,7 +34,6 @@ from edge_runtime.profiles import BACKEND_FORMATS, DEFAULT_VARIANTS, BackendKey,
 Origin = Literal["stored", "override", "profile", "fallback"]
 Status = Literal["taken", "runnable", "skipped"]
 
-PRECISION_RANK = {Precision.INT8: 0, Precision.FP16: 1, Precision.BF16: 1, Precision.FP32: 2}
 DELEGATE_FACTS: dict[str, Fact] = {"edgetpu": "edgetpu"}
 FALLBACK_BACKENDS: tuple[BackendKey, ...] = ("openvino", "onnxruntime", "litert")
 STORE_FILE = "selections.json"
@@ -273,12 +272,19 @@ def _missing_fact(choice: Choice, hardware: Hardware) -> str | None:
 
 
 def precision_fits(variant: Precision, asked: Precision | None) -> bool:
-    """A variant fits if it is not below the precision asked for; int8 needs a quantized variant."""
+    """Whether a variant can run at the precision a choice asks for.
+
+    The asked precision is that of the float arithmetic. int8 asks for a quantized variant; fp32 asks
+    for float results computed at full precision, so it excludes quantized variants; fp16 and bf16 may
+    run any variant, an int8 one keeping its quantized ops and doing the rest at that precision.
+    """
     if asked is None:
         return True
     if asked is Precision.INT8:
         return variant is Precision.INT8
-    return PRECISION_RANK[variant] >= PRECISION_RANK[asked]
+    if asked is Precision.FP32:
+        return variant is not Precision.INT8
+    return True
 
 
 def pick_variant(package: ModelPackage, choice: Choice, hardware: Hardware) -> tuple[str | None, str | None]:

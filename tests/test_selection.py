@@ -157,15 +157,15 @@ def test_npu_taken_when_openvino_lists_it(
         face, box("intel-nuc-core-ultra"), {**statuses, "openvino": openvino}, profiles["intel-core-ultra-npu"]
     )
     assert summary(selection)[:3] == [
-        ("openvino NPU", "taken", "openvino/fp32"),
-        ("openvino GPU", "runnable", "openvino/fp32"),
+        ("openvino NPU fp16", "taken", "openvino/fp32"),
+        ("openvino GPU fp16", "runnable", "openvino/fp32"),
         ("openvino CPU", "runnable", "openvino/fp32"),
     ]
     chosen = selection.chosen
     assert chosen is not None
     assert chosen.reason == "taken: openvino on NPU (Intel(R) AI Boost), variant openvino/fp32"
     assert chosen.device_name == "Intel(R) AI Boost"
-    assert chosen.backend_options() == {"device": "NPU", "hint": "latency"}
+    assert chosen.backend_options() == {"device": "NPU", "precision": "fp16", "hint": "latency"}
     assert selection.candidates[1].device_name == "Intel(R) Arc(TM) Graphics (iGPU)"
 
 
@@ -598,3 +598,22 @@ def test_profile_choice_identical_to_the_stored_one_is_not_listed_twice(
         ("litert CPU+xnnpack", "runnable", "tflite/fp32"),
     ]
     assert reasons(selection)[1] == "skipped: same as choice 1 above"
+
+
+@pytest.mark.parametrize(
+    ("variant", "asked", "fits"),
+    [
+        ("fp32", None, True),
+        ("int8", None, True),
+        ("int8", "int8", True),
+        ("fp32", "int8", False),
+        ("int8", "fp32", False),
+        ("fp16", "fp32", True),
+        ("int8", "fp16", True),
+        ("fp32", "bf16", True),
+    ],
+)
+def test_precision_asked_is_that_of_the_float_arithmetic(variant: str, asked: str | None, fits: bool) -> None:
+    from edge_runtime.selection import precision_fits
+
+    assert precision_fits(Precision(variant), Precision(asked) if asked else None) is fits
