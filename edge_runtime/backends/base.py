@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -93,6 +93,19 @@ class BackendOptions(BaseModel):
         default=None, ge=1, description="Requests in flight in async mode; None asks the backend."
     )
     cache_dir: Path | None = Field(default=None, description="Where compiled models and engines are kept.")
+
+
+OptionsT = TypeVar("OptionsT", bound=BackendOptions)
+
+
+def options_as(options_type: type[OptionsT], options: BackendOptions) -> OptionsT:
+    """`options` as a backend's own options class, for a backend built directly with plain BackendOptions.
+
+    Only the fields the caller set carry over, so the backend's own defaults still apply to the rest.
+    """
+    if isinstance(options, options_type):
+        return options
+    return options_type.model_validate(options.model_dump(exclude_unset=True))
 
 
 class AsyncRunner(ABC):

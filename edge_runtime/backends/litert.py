@@ -12,22 +12,11 @@ first use so that importing this module needs none of them.
 
 from __future__ import annotations
 
-import base64
-import ctypes
-import functools
-import importlib
 import logging
-import os
-import platform
-import sys
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import Field, model_validator
 
 from edge_runtime.backends.base import (
     AsyncRunner,
@@ -41,232 +30,28 @@ from edge_runtime.backends.base import (
     RunsOn,
     TensorSpec,
     ThreadedAsyncRunner,
+    options_as,
 )
+from edge_runtime.backends.host import available_cores, cpu_name
+from edge_runtime.backends.litert_delegates import (
+    DelegateChoice,
+    DelegateError,
+    DelegateName,
+    LiteRtOptions,
+    edgetpu_devices,
+    edgetpu_library,
+    edgetpu_name,
+    plugin_problem,
+)
+from edge_runtime.backends.litert_interpreter import import_interpreter, interpreter_library
 from edge_runtime.errors import BackendUnavailableError, ModelLoadError, ModelMismatchError
 from edge_runtime.package.manifest import ModelFormat
 
+__all__ = ["LiteRtBackend", "LiteRtOptions", "edgetpu_library", "import_interpreter"]
+
 log = logging.getLogger(__name__)
 
-DelegateName = Literal["xnnpack", "edgetpu", "gpu", "external", "none"]
-INTERPRETER_MODULES = (
-    "ai_edge_litert.interpreter",
-    "tflite_runtime.interpreter",
-    "tensorflow.lite.python.interpreter",
-)
-EDGETPU_LIBRARIES = {"Linux": "libedgetpu.so.1", "Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}
-GPU_DELEGATE_LIBRARY = "libtensorflowlite_gpu_delegate.so"
-# A USB Coral boots as 1a6e:089a, takes its firmware from libedgetpu and comes back as 18d1:9302;
-# opening it during that switch fails once.
-EDGETPU_RETRY_PAUSE_S = 2.0
-_CORAL_USB_IDS = {("1a6e", "089a"), ("18d1", "9302")}
-_CPU_FALLBACK: list[DelegateName] = ["xnnpack"]
-_PLUGIN_SYMBOLS = ("tflite_plugin_create_delegate", "tflite_plugin_destroy_delegate")
-# A valid model holding one float tensor. A compiled interpreter wrapper first calls NumPy's C API
-# when it creates an interpreter, not when it is imported, so building this one proves it works.
-_PROBE_MODEL = base64.b64decode(
-    "CAAAAFRGTDPC////FAAAACAAAAAoAAAApAAAAAMAAAABAAAACAAAAAQABAAEAAAABQAAAHNtb2tlAAAAAQAAABQAAAAAAA4A"
-    "GAAUABAADAAIAAQADgAAABQAAAAcAAAAHAAAACAAAAAkAAAABAAAAG1haW4AAAAAAAAAAAEAAAAAAAAAAQAAAAAAAAABAAAA"
-    "EAAAAAwADAAIAAAAAAAEAAwAAAAIAAAADAAAAAEAAAB4AAAAAQAAAAEAAAAAAAAA"
-)
-_NUMPY1_SIGNS = ("_ARRAY_API", "numpy.core.multiarray failed to import", "compiled using NumPy 1.x")
 _MODEL_FILE_SIGNS = ("not a valid Flatbuffer", "Could not open", "allocation is null")
-
-
-class LiteRtOptions(BackendOptions):
-    """LiteRT picks its accelerator by delegate, so `device` is not used; `delegate` says where to run.
-
-    A .tflite file runs at the precision it was converted to, so `precision` cannot lower it.
-    """
-
-    delegate: DelegateName = Field("xnnpack", description="xnnpack: CPU (LiteRT's default); none: plain CPU kernels.")
-    fallback: list[DelegateName] = Field(
-        default_factory=lambda: _CPU_FALLBACK.copy(),
-        description="Delegates tried in order when the chosen one fails to load; [] makes that an error.",
-    )
-    edgetpu_device: str = Field(
-        ":0",
-        pattern=r"^(?:(?:usb|pci)(?::\d+)?|:\d+)$",
-        description="usb, usb:N, pci, pci:N, or :N (N-th of any kind).",
-    )
-    delegate_library: str | None = Field(
-        None,
-        description=f"A TFLite delegate plugin for gpu/external; gpu defaults to {GPU_DELEGATE_LIBRARY}",
-    )
-    delegate_options: dict[str, str] = Field(default_factory=dict, description="Options for the gpu/external plugin.")
-
-    @model_validator(mode="after")
-    def _external_needs_library(self) -> LiteRtOptions:
-        if self.delegate_library is None and "external" in (self.delegate, *self.fallback):
-            raise ValueError("delegate 'external' needs delegate_library, the path of its shared library")
-        return self
-
-
-@dataclass(frozen=True)
-class InterpreterLibrary:
-    """The interpreter package in use, and why each one before it in the search order was passed over."""
-
-    name: str
-    version: str
-    module: Any
-    passed_over: tuple[str, ...] = ()
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} {self.version}"
-
-    def create(self, delegate: Any | None, threads: int, default_delegates: bool = True, **model: Any) -> Any:
-        """An interpreter; without default delegates LiteRT does not apply XNNPACK by itself."""
-        kwargs: dict[str, Any] = {"num_threads": threads}
-        if delegate is not None:
-            kwargs["experimental_delegates"] = [delegate]
-        resolver = getattr(self.module, "OpResolverType", None)
-        if resolver is not None and not default_delegates:
-            kwargs["experimental_op_resolver_type"] = resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-        return self.module.Interpreter(**model, **kwargs)
-
-
-def import_interpreter(candidates: Sequence[str] = INTERPRETER_MODULES) -> InterpreterLibrary:
-    """The first candidate module that imports and builds an interpreter.
-
-    Importing is not proof enough: a tflite_runtime wheel built for NumPy 1.x imports beside NumPy 2
-    and fails only when it creates an interpreter, so each candidate builds a tiny one.
-    """
-    passed_over: list[str] = []
-    for module_name in candidates:
-        top = module_name.partition(".")[0]
-        try:
-            module = importlib.import_module(module_name)
-            version = str(getattr(sys.modules[top], "__version__", "unknown"))
-            library = InterpreterLibrary(top, version, module)
-            library.create(None, threads=1, default_delegates=False, model_content=_PROBE_MODEL)
-        except Exception as exc:
-            passed_over.append(_why_unusable(top, exc))
-            continue
-        return InterpreterLibrary(library.name, library.version, library.module, tuple(passed_over))
-    raise BackendUnavailableError(
-        f"no LiteRT interpreter is usable ({'; '.join(passed_over)}); install one: pip install ai-edge-litert"
-    )
-
-
-@functools.lru_cache(maxsize=1)
-def interpreter_library() -> InterpreterLibrary:
-    return import_interpreter()
-
-
-def _why_unusable(top: str, exc: BaseException) -> str:
-    chain: list[BaseException] = []
-    cause: BaseException | None = exc
-    while cause is not None and cause not in chain:
-        chain.append(cause)
-        cause = cause.__cause__ or cause.__context__
-    if any(sign in str(error) for error in chain for sign in _NUMPY1_SIGNS):
-        return f"{top} was built for NumPy 1.x; install ai-edge-litert or numpy<2 (NumPy {np.__version__} is installed)"
-    return f"{top}: {type(exc).__name__}: {exc}"
-
-
-def available_cores() -> int:
-    """Cores this process may run on: a container or taskset can allow fewer than the box has."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_name() -> str:
-    try:
-        lines = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
-    except OSError:
-        lines = []
-    for key in ("model name", "Model", "Hardware"):  # x86, then Raspberry Pi and other Arm boards
-        for line in lines:
-            name, _, value = line.partition(":")
-            if name.strip() == key and value.strip():
-                return value.strip()
-    return platform.processor() or platform.machine() or "CPU"
-
-
-def edgetpu_devices() -> list[str]:
-    """Edge TPUs on this box, named as the edgetpu delegate's `device` option names them."""
-    usb = 0
-    for device in Path("/sys/bus/usb/devices").glob("*"):
-        try:
-            ids = ((device / "idVendor").read_text().strip(), (device / "idProduct").read_text().strip())
-        except OSError:
-            continue
-        usb += ids in _CORAL_USB_IDS
-    pci = len(list(Path("/dev").glob("apex_*")))
-    return [f"usb:{i}" for i in range(usb)] + [f"pci:{i}" for i in range(pci)]
-
-
-def edgetpu_library() -> str:
-    return EDGETPU_LIBRARIES.get(platform.system(), EDGETPU_LIBRARIES["Linux"])
-
-
-def _edgetpu_name(device: str) -> str:
-    kind = {"usb": " (USB)", "pci": " (PCIe)"}.get(device.partition(":")[0], "")
-    return f"Coral Edge TPU{kind}"
-
-
-def _plugin_problem(library: str) -> str | None:
-    """Why `library` is no delegate plugin, found before LiteRT's loader meets it half-made."""
-    try:
-        handle = ctypes.CDLL(library)
-    except OSError as exc:
-        return str(exc) if library in str(exc) else f"cannot load {library}: {exc}"
-    missing = [symbol for symbol in _PLUGIN_SYMBOLS if not hasattr(handle, symbol)]
-    if missing:
-        return f"{library} is no TFLite delegate plugin (it lacks {', '.join(missing)})"
-    return None
-
-
-class _DelegateError(Exception):
-    """A delegate could not be loaded or could not take the model; the next fallback may."""
-
-
-@dataclass(frozen=True)
-class _DelegateChoice:
-    name: DelegateName
-    library: str | None = None  # None for the CPU, whose kernels are built into the interpreter
-    options: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, name: DelegateName, options: LiteRtOptions) -> _DelegateChoice:
-        if name == "edgetpu":
-            return cls(name, edgetpu_library(), {"device": options.edgetpu_device})
-        if name == "gpu":
-            return cls(name, options.delegate_library or GPU_DELEGATE_LIBRARY, dict(options.delegate_options))
-        if name == "external":
-            return cls(name, options.delegate_library, dict(options.delegate_options))
-        return cls(name)
-
-    def load(self, library: InterpreterLibrary) -> Any:
-        """The loaded delegate (None for the CPU); raises _DelegateError with the loader's error."""
-        if self.library is None:
-            return None
-        problem = _plugin_problem(self.library)
-        if problem is not None:
-            if self.name == "edgetpu":
-                problem += " (install the Edge TPU runtime, libedgetpu1-std)"
-            raise _DelegateError(problem)
-        retry = self.name == "edgetpu" and not self.options["device"].startswith("pci")
-        while True:
-            try:
-                return library.module.load_delegate(self.library, self.options)
-            except (ValueError, RuntimeError) as exc:
-                if not retry:
-                    raise _DelegateError(str(exc).replace("\n", " ").strip()) from exc
-                retry = False
-                log.info("Edge TPU did not open (%s); retrying once in %.0f s", exc, EDGETPU_RETRY_PAUSE_S)
-                time.sleep(EDGETPU_RETRY_PAUSE_S)
-
-    def device(self) -> tuple[str, str]:
-        """(device, device_name) for RunsOn."""
-        if self.name == "edgetpu":
-            device = self.options["device"]
-            return f"edgetpu:{device.lstrip(':')}", _edgetpu_name(device)
-        if self.library is not None:
-            return self.name, f"{self.name} delegate {Path(self.library).name}"
-        return "cpu", cpu_name()
 
 
 class _Session:
@@ -324,22 +109,18 @@ class LiteRtBackend(Backend):
             devices = {"cpu": cpu_name()}
             notes = [f"using {library.label}", *library.passed_over] if library.passed_over else []
             edgetpus = edgetpu_devices()
-            problem = _plugin_problem(edgetpu_library()) if edgetpus else None
+            problem = plugin_problem(edgetpu_library()) if edgetpus else None
             if problem is not None:
                 notes.append(f"Edge TPU found but {problem}")
             elif edgetpus:
-                devices.update({f"edgetpu:{d}": _edgetpu_name(d) for d in edgetpus})
+                devices.update({f"edgetpu:{d}": edgetpu_name(d) for d in edgetpus})
             return BackendStatus(cls.key, True, library.version, tuple(devices), devices, "; ".join(notes))
         except Exception as exc:
             return BackendStatus(cls.key, False, reason=str(exc))
 
     def __init__(self, source: ModelSource, options: BackendOptions) -> None:
         self._source = source
-        self._options = (
-            options
-            if isinstance(options, LiteRtOptions)
-            else LiteRtOptions.model_validate(options.model_dump(exclude_unset=True))
-        )
+        self._options = options_as(LiteRtOptions, options)
         self._threads = self._options.threads or available_cores()
         self._library = interpreter_library()
         if not source.path.is_file():
@@ -366,7 +147,7 @@ class LiteRtBackend(Backend):
     def close(self) -> None:
         self.__dict__.pop("_session", None)  # frees the interpreter, then its delegate and device
 
-    def _open(self) -> tuple[Any, _DelegateChoice, list[str]]:
+    def _open(self) -> tuple[Any, DelegateChoice, list[str]]:
         """The first delegate in the fallback order that loads and takes the model."""
         edgetpu_only = self._source.target == "edgetpu" or self._source.path.stem.endswith("_edgetpu")
         name = self._source.path.name
@@ -378,28 +159,28 @@ class LiteRtBackend(Backend):
         order: list[DelegateName] = ["edgetpu"] if edgetpu_only else [self._options.delegate, *self._options.fallback]
         failures: list[str] = []
         for delegate in dict.fromkeys(order):
-            choice = _DelegateChoice.of(delegate, self._options)
+            choice = DelegateChoice.of(delegate, self._options)
             try:
                 return self._interpreter(choice, choice.load(self._library), self._threads), choice, failures
-            except _DelegateError as exc:
+            except DelegateError as exc:
                 failures.append(f"delegate {delegate} ({choice.library}) failed: {exc}")
                 log.warning("LiteRT %s: %s", name, failures[-1])
         refusal = "; Edge TPU models never run on the CPU" if edgetpu_only else ""
         raise BackendUnavailableError(f"LiteRT cannot run {name}: {'; '.join(failures)}{refusal}")
 
-    def _interpreter(self, choice: _DelegateChoice, delegate: Any, threads: int) -> Any:
+    def _interpreter(self, choice: DelegateChoice, delegate: Any, threads: int) -> Any:
         path = self._source.path
         try:
             return self._library.create(delegate, threads, choice.name != "none", model_path=str(path))
         except Exception as exc:
             if delegate is None or any(sign in str(exc) for sign in _MODEL_FILE_SIGNS):
                 raise ModelLoadError(f"LiteRT cannot load {path}: {exc}") from exc
-            raise _DelegateError(f"it could not take the model: {exc}") from exc
+            raise DelegateError(f"it could not take the model: {exc}") from exc
 
     def _spawn(self, threads: int) -> Any:
         try:
             return self._interpreter(self._choice, self._choice.load(self._library), threads)
-        except _DelegateError as exc:
+        except DelegateError as exc:
             raise BackendUnavailableError(
                 f"LiteRT could not open another {self._choice.name} interpreter for async runs: {exc}"
             ) from exc

@@ -8,14 +8,13 @@ device's OPTIMIZATION_CAPABILITIES, and `runs_on.precision` is what the compiled
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from edge_runtime.backends.base import (
     AsyncRunner,
@@ -27,63 +26,43 @@ from edge_runtime.backends.base import (
     Outputs,
     RunsOn,
     TensorSpec,
+    options_as,
 )
-from edge_runtime.errors import BackendUnavailableError, ConfigError, ModelLoadError, ModelMismatchError
-from edge_runtime.package.manifest import InputSpec, ModelFormat, Precision
+from edge_runtime.backends.openvino_devices import (
+    FROM_HINT_TYPE,
+    HINT_TYPE,
+    VIRTUAL_DEVICES,
+    check_capable,
+    device_capabilities,
+    device_family,
+    first_line,
+    float_precision_for,
+    openvino_core,
+    require_core,
+    resolve_device,
+)
+from edge_runtime.backends.openvino_preprocessing import EmbeddedPreprocessing, fold_preprocessing
+from edge_runtime.errors import ConfigError, ModelLoadError, ModelMismatchError
+from edge_runtime.package.manifest import ModelFormat, Precision
 
-VIRTUAL_DEVICES = frozenset({"AUTO", "MULTI", "HETERO"})
-_HINT_TYPE = {Precision.FP32: "f32", Precision.BF16: "bf16", Precision.FP16: "f16"}
-_FROM_HINT_TYPE = {value: key for key, value in _HINT_TYPE.items()}
-_CAPABILITY = {Precision.FP32: "FP32", Precision.BF16: "BF16", Precision.FP16: "FP16", Precision.INT8: "INT8"}
+__all__ = [
+    "EmbeddedPreprocessing",
+    "OpenVinoAsyncRunner",
+    "OpenVinoBackend",
+    "OpenVinoOptions",
+    "compile_config",
+    "device_capabilities",
+    "make_static",
+    "runs_quantized",
+    "tensor_specs",
+]
+
 _RESERVED_PROPERTIES = {
     "INFERENCE_PRECISION_HINT": "precision",
     "CACHE_DIR": "cache_dir",
     "PERFORMANCE_HINT": "hint",
     "INFERENCE_NUM_THREADS": "threads",
 }
-
-
-class EmbeddedPreprocessing(BaseModel):
-    """Preprocessing folded into the compiled graph, so the caller feeds raw uint8 NHWC frames.
-
-    The device then does the conversion, colour swap, resize and normalisation itself (on a GPU or
-    NPU that saves a host-side pass over every frame). Only a plain stretch resize can be folded.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    frame_height: int = Field(ge=1)
-    frame_width: int = Field(ge=1)
-    frame_color: Literal["BGR", "RGB"] = "BGR"
-    model_color: Literal["BGR", "RGB", "GRAY"] | None = Field(
-        default=None, description="Colour order the model expects; None keeps the frame's."
-    )
-    model_layout: Literal["NHWC", "NCHW"]
-    mean: tuple[float, ...] | None = None
-    std: tuple[float, ...] | None = None
-    input_name: str | None = Field(default=None, description="Model input to fold into; None: the only one.")
-
-    @classmethod
-    def from_input_spec(
-        cls, spec: InputSpec, frame_height: int, frame_width: int, frame_color: Literal["BGR", "RGB"] = "BGR"
-    ) -> EmbeddedPreprocessing:
-        """Folding as the manifest describes the input, for frames of the given size and colour order."""
-        if spec.layout not in ("NHWC", "NCHW"):
-            raise ConfigError(f"cannot fold preprocessing for input layout {spec.layout!r}: need NHWC or NCHW")
-        if spec.resize != "stretch":
-            raise ConfigError(
-                f"cannot fold resize {spec.resize!r} into the graph (only 'stretch'); preprocess on the host"
-            )
-        return cls(
-            frame_height=frame_height,
-            frame_width=frame_width,
-            frame_color=frame_color,
-            model_color=spec.color_order,
-            model_layout=spec.layout,
-            mean=spec.mean,
-            std=spec.std,
-            input_name=spec.name,
-        )
 
 
 class OpenVinoOptions(BackendOptions):
@@ -101,106 +80,12 @@ class OpenVinoOptions(BackendOptions):
     extra_properties: dict[str, str] = Field(default_factory=dict)
 
 
-@functools.lru_cache(maxsize=1)
-def _core() -> Any:
-    import openvino as ov
-
-    return ov.Core()
-
-
-def _require_core() -> Any:
-    try:
-        return _core()
-    except Exception as error:
-        raise BackendUnavailableError(f"OpenVINO cannot be used: {_first_line(error)}") from None
-
-
-def _first_line(error: BaseException) -> str:
-    """OpenVINO prefixes its messages with source locations; the user needs the first real line."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    useful = [line for line in lines if not line.startswith(("Exception from ", "Check '"))]
-    return (useful or lines or [type(error).__name__])[0]
-
-
-def device_capabilities() -> dict[str, tuple[str, ...]]:
-    """OPTIMIZATION_CAPABILITIES (FP32, BF16, FP16, INT8, EXPORT_IMPORT, ...) per device; {} without OpenVINO."""
-    try:
-        core = _core()
-        return {d: tuple(core.get_property(d, "OPTIMIZATION_CAPABILITIES")) for d in core.available_devices}
-    except Exception:
-        return {}
-
-
-def device_family(device: str) -> str:
-    """'GPU.1' -> 'GPU', 'AUTO:GPU,CPU' -> 'AUTO'."""
-    return device.partition(":")[0].partition(".")[0].upper()
-
-
-def _is_available(name: str, available: Sequence[str]) -> bool:
-    if name in available or any(d.startswith(name + ".") for d in available):
-        return True
-    return name.endswith(".0") and name[:-2] in available
-
-
-def resolve_device(device: str, available: Sequence[str]) -> list[str]:
-    """The physical devices a device string may run on; raises when one of them is not on this box."""
-    head, _, rest = device.partition(":")
-    if head.upper() in VIRTUAL_DEVICES:
-        names = [name.strip() for name in rest.split(",") if name.strip()]
-        excluded = {name[1:] for name in names if name.startswith("-")}
-        wanted = [name for name in names if not name.startswith("-")]
-        if not wanted:  # AUTO leaves the NPU out of its default list
-            skip = excluded | {"NPU"}
-            wanted = [d for d in available if d not in skip and device_family(d) not in skip]
-    else:
-        wanted = [device]
-    missing = [name for name in wanted if not _is_available(name, available)]
-    if missing or not wanted:
-        what = f"device {missing[0]!r}" if missing else "a device"
-        seen = ", ".join(available) or "no devices"
-        raise BackendUnavailableError(
-            f"OpenVINO {what} (asked as {device!r}) is not available on this box; OpenVINO sees: {seen}"
-        )
-    return wanted
-
-
-def float_precision_for(variant: Precision, asked: Precision | None, family: str) -> Precision:
-    """Precision of the float ops: what was asked, else the variant's own, never lower.
-
-    An fp16 variant runs in f32 on a CPU (fp16 there is emulated or mapped to bf16) and in f16 on a
-    GPU or NPU, which compute it natively. Quantized ops of an int8 variant run int8 regardless.
-    """
-    if asked is Precision.INT8:
-        if variant is not Precision.INT8:
-            raise ConfigError(
-                f"precision int8 needs an int8 model variant; OpenVINO cannot quantize this {variant.value} one"
-            )
-        return Precision.FP32
-    if asked is not None:
-        return asked
-    if variant is Precision.INT8:
-        return Precision.FP32
-    if variant is Precision.FP16:
-        return Precision.FP16 if family in ("GPU", "NPU") else Precision.FP32
-    return variant
-
-
-def check_capable(device: str, precision: Precision, capabilities: Sequence[str]) -> None:
-    """An unsupported INFERENCE_PRECISION_HINT is not refused by OpenVINO but silently replaced, so refuse it here."""
-    if _CAPABILITY[precision] not in capabilities:
-        possible = [p.value for p, capability in _CAPABILITY.items() if capability in capabilities and p in _HINT_TYPE]
-        raise ConfigError(
-            f"OpenVINO device {device} cannot run {precision.value}: its OPTIMIZATION_CAPABILITIES are "
-            f"{', '.join(capabilities) or 'empty'}; set precision to one it can run ({', '.join(possible) or 'none'})"
-        )
-
-
 def _device_properties(core: Any, device: str, precision: Precision, options: OpenVinoOptions) -> dict[str, Any]:
     """Per-device settings, keeping only those the device's plugin understands (NPU has no thread count)."""
     check_capable(device, precision, tuple(core.get_property(device, "OPTIMIZATION_CAPABILITIES")))
     supported = core.get_property(device, "SUPPORTED_PROPERTIES")
     wanted = {
-        "INFERENCE_PRECISION_HINT": _HINT_TYPE.get(precision),
+        "INFERENCE_PRECISION_HINT": HINT_TYPE.get(precision),
         "INFERENCE_NUM_THREADS": options.threads,
         "ENABLE_CPU_PINNING": options.enable_cpu_pinning,
     }
@@ -244,7 +129,7 @@ def _read_model(core: Any, path: Path) -> Any:
     try:
         return core.read_model(str(path))
     except Exception as error:
-        raise ModelLoadError(f"OpenVINO cannot read model {path}: {_first_line(error)}") from None
+        raise ModelLoadError(f"OpenVINO cannot read model {path}: {first_line(error)}") from None
 
 
 def make_static(model: Any, options: OpenVinoOptions, needs_static: bool, path: Path) -> None:
@@ -270,41 +155,7 @@ def make_static(model: Any, options: OpenVinoOptions, needs_static: bool, path: 
     try:
         model.reshape(shapes)
     except Exception as error:
-        raise ConfigError(f"cannot reshape {path} to {list(shapes.values())}: {_first_line(error)}") from None
-
-
-def _per_channel(values: tuple[float, ...]) -> float | list[float]:
-    return values[0] if len(values) == 1 else list(values)
-
-
-def fold_preprocessing(model: Any, pre: EmbeddedPreprocessing, path: Path) -> Any:
-    """Rebuild the model so its input is a uint8 NHWC frame; resize is linear to the model's size."""
-    from openvino import Layout, Type
-    from openvino.preprocess import ColorFormat, PrePostProcessor, ResizeAlgorithm
-
-    names = [name for port in model.inputs for name in port.get_names()]
-    if pre.input_name is not None and pre.input_name not in names:
-        raise ConfigError(f"embedded_preprocessing.input_name {pre.input_name!r} is not an input of {path}")
-    if pre.input_name is None and len(model.inputs) != 1:
-        raise ConfigError(f"{path} has {len(model.inputs)} inputs: set embedded_preprocessing.input_name")
-    ppp = PrePostProcessor(model)
-    port = ppp.input(pre.input_name) if pre.input_name is not None else ppp.input()
-    port.tensor().set_element_type(Type.u8).set_layout(Layout("NHWC")).set_color_format(
-        getattr(ColorFormat, pre.frame_color)
-    ).set_spatial_static_shape(pre.frame_height, pre.frame_width)
-    steps = port.preprocess().convert_element_type(Type.f32)
-    if pre.model_color not in (None, pre.frame_color):
-        steps.convert_color(getattr(ColorFormat, pre.model_color))
-    steps.resize(ResizeAlgorithm.RESIZE_LINEAR)
-    if pre.mean is not None:
-        steps.mean(_per_channel(pre.mean))
-    if pre.std is not None:
-        steps.scale(_per_channel(pre.std))
-    port.model().set_layout(Layout(pre.model_layout))
-    try:
-        return ppp.build()
-    except Exception as error:
-        raise ConfigError(f"cannot fold preprocessing into {path}: {_first_line(error)}") from None
+        raise ConfigError(f"cannot reshape {path} to {list(shapes.values())}: {first_line(error)}") from None
 
 
 def tensor_specs(ports: Sequence[Any], kind: str) -> list[TensorSpec]:
@@ -388,7 +239,7 @@ class OpenVinoAsyncRunner(AsyncRunner):
             try:
                 self._queue.start_async(list(inputs), userdata, share_inputs=False)
             except (RuntimeError, TypeError, ValueError) as error:
-                failure: BaseException = ModelMismatchError(f"OpenVINO refused the inputs: {_first_line(error)}")
+                failure: BaseException = ModelMismatchError(f"OpenVINO refused the inputs: {first_line(error)}")
             else:
                 return
         self._callback(userdata, None, failure)
@@ -416,20 +267,16 @@ class OpenVinoBackend(Backend):
         try:
             from openvino import get_version
 
-            core = _core()
+            core = openvino_core()
             devices = tuple(core.available_devices)
             names = {device: str(core.get_property(device, "FULL_DEVICE_NAME")) for device in devices}
             return BackendStatus(cls.key, True, get_version(), devices, names)
         except Exception as error:
-            return BackendStatus(cls.key, False, reason=f"OpenVINO unusable: {_first_line(error)}")
+            return BackendStatus(cls.key, False, reason=f"OpenVINO unusable: {first_line(error)}")
 
     def __init__(self, source: ModelSource, options: BackendOptions) -> None:
-        opts = (
-            options
-            if isinstance(options, OpenVinoOptions)
-            else OpenVinoOptions(**options.model_dump(exclude_unset=True))
-        )
-        core = _require_core()
+        opts = options_as(OpenVinoOptions, options)
+        core = require_core()
         from openvino import Tensor
 
         self._options = opts
@@ -445,7 +292,7 @@ class OpenVinoBackend(Backend):
             self._compiled = core.compile_model(model, opts.device, config)
         except Exception as error:
             raise ModelLoadError(
-                f"OpenVINO cannot compile {source.path} for {opts.device}: {_first_line(error)}"
+                f"OpenVINO cannot compile {source.path} for {opts.device}: {first_line(error)}"
             ) from None
         self._request = self._compiled.create_infer_request()
         self.inputs = tensor_specs(self._compiled.inputs, "input")
@@ -461,7 +308,7 @@ class OpenVinoBackend(Backend):
         properties = _compiled_properties(compiled, device, self._virtual)
         planned = plan.get(device) or next(iter(plan.values()))
         hint_type = properties.get("INFERENCE_PRECISION_HINT")
-        float_precision = planned if hint_type is None else _FROM_HINT_TYPE.get(_type_name(hint_type), planned)
+        float_precision = planned if hint_type is None else FROM_HINT_TYPE.get(_type_name(hint_type), planned)
         details = {
             "hint": self._options.hint,
             "num_requests": str(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")),
@@ -501,7 +348,7 @@ class OpenVinoBackend(Backend):
         given = ", ".join(f"{np.asarray(x).dtype}{list(np.shape(x))}" for x in inputs)
         wanted = ", ".join(f"{spec.name}: {spec.dtype}{list(spec.shape)}" for spec in self.inputs)
         return ModelMismatchError(
-            f"OpenVINO refused the inputs ({given}); the model takes ({wanted}): {_first_line(error)}"
+            f"OpenVINO refused the inputs ({given}); the model takes ({wanted}): {first_line(error)}"
         )
 
     def async_runner(self, callback: Callback, max_in_flight: int | None = None) -> AsyncRunner:

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from edge_runtime.backends import load_backend, make_options
-from edge_runtime.backends.base import ModelSource, Quantization
-from edge_runtime.backends.litert import LiteRtBackend, LiteRtOptions, import_interpreter
+from edge_runtime.backends.base import BackendOptions, ModelSource, Quantization
+from edge_runtime.backends.litert import LiteRtBackend, LiteRtOptions, edgetpu_library, import_interpreter
 from edge_runtime.errors import BackendUnavailableError, ConfigError, ModelLoadError, ModelMismatchError
 from edge_runtime.package.manifest import ModelFormat, Precision
 
@@ -137,7 +137,7 @@ def test_edgetpu_falls_back_to_xnnpack_with_the_reason(face_tflite: Path, caplog
     assert backend.runs_on.device == "cpu"
     assert backend.runs_on.details["delegate"] == "xnnpack"
     assert "edgetpu" in backend.runs_on.details["fallback"]
-    assert "libedgetpu" in backend.runs_on.details["fallback"]
+    assert edgetpu_library() in backend.runs_on.details["fallback"]
     assert any("libedgetpu" in record.getMessage() for record in caplog.records)
 
 
@@ -191,6 +191,11 @@ def test_option_validation() -> None:
 def test_registry_loads_it(face_tflite: Path) -> None:
     backend = load_backend("litert", source_for(face_tflite), {"threads": 1})
     assert isinstance(backend, LiteRtBackend) and backend.runs_on.details["threads"] == "1"
+
+
+def test_plain_backend_options_are_taken_with_litert_defaults(face_tflite: Path) -> None:
+    backend = LiteRtBackend(source_for(face_tflite), BackendOptions(threads=1))
+    assert backend.runs_on.details["threads"] == "1" and backend.runs_on.details["delegate"] == "xnnpack"
 
 
 def test_probe_reports_the_library_and_the_cpu() -> None:

@@ -11,7 +11,6 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,25 +23,19 @@ from model_builders import build_tiny_classifier_onnx
 from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto, helper, numpy_helper
 
-from edge_runtime.backends import load_backend, make_options
+from edge_runtime.backends import load_backend
 from edge_runtime.backends.base import ModelSource
 from edge_runtime.backends.onnxruntime import (
-    CPU,
-    CUDA,
-    OPENVINO,
-    TENSORRT,
-    ModelFacts,
     OnnxRuntimeBackend,
     OnnxRuntimeOptions,
     build_providers,
     cuda_driver_device_names,
     describe_runs_on,
-    effective_precision,
-    inspect_model,
     nvidia_device_names,
-    scan_model_bytes,
 )
-from edge_runtime.errors import BackendUnavailableError, ConfigError, ModelLoadError, ModelMismatchError
+from edge_runtime.backends.onnxruntime_precision import ModelFacts, effective_precision, inspect_model, scan_model_bytes
+from edge_runtime.backends.onnxruntime_providers import CPU, CUDA, OPENVINO, TENSORRT
+from edge_runtime.errors import BackendUnavailableError, ModelLoadError, ModelMismatchError
 from edge_runtime.package.manifest import ModelFormat, Precision
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,65 +164,6 @@ def test_accelerator_missing_from_this_build_is_refused_by_name(
     assert provider in str(error.value)
     assert package in str(error.value)
     assert device in str(error.value)
-
-
-def test_tensorrt_provider_chain_and_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    chain = build_providers(OnnxRuntimeOptions(device="TENSORRT:1"), quantized=False)
-    assert [name for name, _ in chain] == [TENSORRT, CUDA, CPU]
-    trt, cuda = chain[0][1], chain[1][1]
-    assert trt["device_id"] == 1 and cuda["device_id"] == 1
-    assert trt["trt_fp16_enable"] is False and trt["trt_int8_enable"] is False
-    assert trt["trt_engine_cache_enable"] is True and trt["trt_timing_cache_enable"] is True
-    cache = Path(trt["trt_engine_cache_path"])
-    assert cache == Path.home() / ".cache" / "edge-runtime" / "tensorrt"
-    assert not cache.is_relative_to(tempfile.gettempdir())
-    assert trt["trt_timing_cache_path"] == str(cache)
-
-    fp16 = build_providers(OnnxRuntimeOptions(device="TENSORRT", precision=Precision.FP16), quantized=True)
-    assert fp16[0][1]["trt_fp16_enable"] is True and fp16[0][1]["trt_int8_enable"] is True
-    assert build_providers(OnnxRuntimeOptions(device="TENSORRT", fp16=True), quantized=False)[0][1]["trt_fp16_enable"]
-
-    with_cache = build_providers(OnnxRuntimeOptions(device="TENSORRT", cache_dir=tmp_path), quantized=False)
-    assert with_cache[0][1]["trt_engine_cache_path"] == str(tmp_path / "tensorrt")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    xdg = build_providers(OnnxRuntimeOptions(device="TENSORRT"), quantized=False)
-    assert xdg[0][1]["trt_engine_cache_path"] == str(tmp_path / "xdg" / "edge-runtime" / "tensorrt")
-
-
-def test_cuda_and_openvino_provider_chains() -> None:
-    options = OnnxRuntimeOptions(device="cuda", device_id=2, gpu_mem_limit=1 << 30, cudnn_conv_algo_search="HEURISTIC")
-    assert options.device == "CUDA"
-    assert build_providers(options, quantized=False) == [
-        (CUDA, {"device_id": 2, "gpu_mem_limit": 1 << 30, "cudnn_conv_algo_search": "HEURISTIC"}),
-        (CPU, {}),
-    ]
-    assert build_providers(OnnxRuntimeOptions(device="OPENVINO:NPU"), quantized=False) == [
-        (OPENVINO, {"device_type": "NPU"}),
-        (CPU, {}),
-    ]
-    assert build_providers(OnnxRuntimeOptions(), quantized=False) == [(CPU, {})]
-    override = OnnxRuntimeOptions(device="CUDA:3", providers=(CUDA,))
-    assert build_providers(override, quantized=False) == [(CUDA, {"device_id": 3})]
-
-
-@pytest.mark.parametrize(
-    ("options", "complaint"),
-    [
-        ({"device": "GPU"}, "unknown device 'GPU'"),
-        ({"device": "CUDA:x"}, "unknown device"),
-        ({"device": "CUDA:1", "device_id": 0}, "contradicts device_id"),
-        ({"fp16": True}, "fp16 only applies to TensorRT"),
-        ({"device": "TENSORRT", "fp16": True, "precision": "int8"}, "fp16 contradicts precision int8"),
-        ({"providers": ["CUDA"]}, "provider names"),
-        ({"cudnn_conv_algo_search": "FAST"}, "cudnn_conv_algo_search"),
-        ({"tensorrt": True}, "unknown field"),
-    ],
-)
-def test_invalid_options_name_the_option(options: dict[str, Any], complaint: str) -> None:
-    with pytest.raises(ConfigError, match="onnxruntime") as error:
-        make_options("onnxruntime", options)
-    assert complaint in str(error.value)
 
 
 def test_a_dropped_provider_is_reported_not_claimed(tiny_onnx: Path) -> None:

@@ -19,13 +19,11 @@ from edge_runtime.backends.openvino import (
     EmbeddedPreprocessing,
     OpenVinoBackend,
     OpenVinoOptions,
-    check_capable,
     compile_config,
     device_capabilities,
-    float_precision_for,
     make_static,
-    resolve_device,
 )
+from edge_runtime.backends.openvino_devices import openvino_core
 from edge_runtime.errors import BackendUnavailableError, ConfigError, ModelLoadError, ModelMismatchError
 from edge_runtime.package.manifest import ModelFormat, Precision, read_manifest
 
@@ -158,41 +156,15 @@ def test_int8_variant_reports_int8_with_its_float_part(
         load_backend("openvino", source(tiny_onnx), {"precision": "int8"})
 
 
-@pytest.mark.parametrize(
-    ("variant", "asked", "family", "expected"),
-    [
-        (Precision.FP32, None, "CPU", Precision.FP32),
-        (Precision.FP16, None, "CPU", Precision.FP32),
-        (Precision.FP16, None, "GPU", Precision.FP16),
-        (Precision.FP16, None, "NPU", Precision.FP16),
-        (Precision.FP16, Precision.FP16, "CPU", Precision.FP16),
-        (Precision.FP32, Precision.BF16, "CPU", Precision.BF16),
-        (Precision.INT8, None, "GPU", Precision.FP32),
-        (Precision.INT8, Precision.INT8, "CPU", Precision.FP32),
-    ],
-)
-def test_float_precision_rules(variant: Precision, asked: Precision | None, family: str, expected: Precision) -> None:
-    assert float_precision_for(variant, asked, family) is expected
-
-
-def test_a_device_without_the_precision_is_refused_with_what_it_can_run() -> None:
-    npu = ("FP16", "INT8", "EXPORT_IMPORT")  # what the NPU plugin reports
-    check_capable("NPU", Precision.FP16, npu)
-    with pytest.raises(ConfigError, match=r"NPU cannot run fp32: .*FP16, INT8, EXPORT_IMPORT; .*\(fp16\)"):
-        check_capable("NPU", float_precision_for(Precision.FP32, None, "NPU"), npu)
-
-
 def test_virtual_devices_get_precision_and_threads_per_device() -> None:
-    from edge_runtime.backends.openvino import _core
-
     options = OpenVinoOptions(device="AUTO:CPU", threads=1, hint="throughput", max_in_flight=3)
-    config = compile_config(_core(), ["CPU"], {"CPU": Precision.FP32}, options, virtual=True)
+    config = compile_config(openvino_core(), ["CPU"], {"CPU": Precision.FP32}, options, virtual=True)
     assert config["PERFORMANCE_HINT"] == "THROUGHPUT"
     assert config["PERFORMANCE_HINT_NUM_REQUESTS"] == "3"
     assert config["DEVICE_PROPERTIES"]["CPU"] == {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1}
     with pytest.raises(ConfigError, match="use the option precision"):
         compile_config(
-            _core(),
+            openvino_core(),
             ["CPU"],
             {"CPU": Precision.FP32},
             OpenVinoOptions(extra_properties={"INFERENCE_PRECISION_HINT": "f32"}),
@@ -207,18 +179,6 @@ def test_auto_runs_on_cpu_and_reports_the_execution_device(face_ir: ModelSource)
     assert backend.runs_on.device_name == OpenVinoBackend.probe().device_names["CPU"]
     assert backend.runs_on.precision == "fp32"
     assert backend.runs_on.details["threads"] == "1"
-
-
-def test_device_strings_resolve_to_physical_devices() -> None:
-    available = ["CPU", "GPU.0", "GPU.1", "NPU"]
-    assert resolve_device("GPU", available) == ["GPU"]
-    assert resolve_device("GPU.1", available) == ["GPU.1"]
-    assert resolve_device("AUTO", available) == ["CPU", "GPU.0", "GPU.1"]
-    assert resolve_device("AUTO:-CPU", available) == ["GPU.0", "GPU.1"]
-    assert resolve_device("AUTO:NPU,CPU", available) == ["NPU", "CPU"]
-    assert resolve_device("GPU.0", ["CPU", "GPU"]) == ["GPU.0"]
-    with pytest.raises(BackendUnavailableError, match=r"'NPU' \(asked as 'AUTO:NPU,CPU'\).*sees: CPU, GPU"):
-        resolve_device("AUTO:NPU,CPU", ["CPU", "GPU"])
 
 
 def test_unknown_device_names_the_device_and_what_is_available(face_ir: ModelSource) -> None:
@@ -338,10 +298,8 @@ def test_infer_converts_inputs_it_cannot_share(tiny_openvino: Path, rng: np.rand
 
 
 def test_dynamic_batch_is_pinned_for_devices_needing_static_shapes(tmp_path: Path) -> None:
-    from edge_runtime.backends.openvino import _core
-
     dynamic = build_tiny_classifier_onnx(tmp_path / "dynamic.onnx", batch="N")
-    model = _core().read_model(str(dynamic))
+    model = openvino_core().read_model(str(dynamic))
     make_static(model, OpenVinoOptions(), needs_static=False, path=dynamic)
     assert model.is_dynamic()
     make_static(model, OpenVinoOptions(), needs_static=True, path=dynamic)

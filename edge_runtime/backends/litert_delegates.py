@@ -1,0 +1,147 @@
+"""LiteRT delegates: which library each delegate is, how it is loaded, and what it runs on.
+
+The delegate libraries (libedgetpu, a GPU or vendor plugin) are opened only when a model is loaded
+with them; a missing one is a `DelegateError` the backend answers with the next fallback.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from edge_runtime.backends.base import BackendOptions
+from edge_runtime.backends.host import cpu_name
+from edge_runtime.backends.litert_interpreter import InterpreterLibrary
+
+# Logged under the backend's name, the one logger a user sets up for LiteRT.
+log = logging.getLogger("edge_runtime.backends.litert")
+
+DelegateName = Literal["xnnpack", "edgetpu", "gpu", "external", "none"]
+EDGETPU_LIBRARIES = {"Linux": "libedgetpu.so.1", "Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}
+GPU_DELEGATE_LIBRARY = "libtensorflowlite_gpu_delegate.so"
+# A USB Coral boots as 1a6e:089a, takes its firmware from libedgetpu and comes back as 18d1:9302;
+# opening it during that switch fails once.
+EDGETPU_RETRY_PAUSE_S = 2.0
+_CORAL_USB_IDS = {("1a6e", "089a"), ("18d1", "9302")}
+_CPU_FALLBACK: list[DelegateName] = ["xnnpack"]
+_PLUGIN_SYMBOLS = ("tflite_plugin_create_delegate", "tflite_plugin_destroy_delegate")
+
+
+class LiteRtOptions(BackendOptions):
+    """LiteRT picks its accelerator by delegate, so `device` is not used; `delegate` says where to run.
+
+    A .tflite file runs at the precision it was converted to, so `precision` cannot lower it.
+    """
+
+    delegate: DelegateName = Field("xnnpack", description="xnnpack: CPU (LiteRT's default); none: plain CPU kernels.")
+    fallback: list[DelegateName] = Field(
+        default_factory=lambda: _CPU_FALLBACK.copy(),
+        description="Delegates tried in order when the chosen one fails to load; [] makes that an error.",
+    )
+    edgetpu_device: str = Field(
+        ":0",
+        pattern=r"^(?:(?:usb|pci)(?::\d+)?|:\d+)$",
+        description="usb, usb:N, pci, pci:N, or :N (N-th of any kind).",
+    )
+    delegate_library: str | None = Field(
+        None,
+        description=f"A TFLite delegate plugin for gpu/external; gpu defaults to {GPU_DELEGATE_LIBRARY}",
+    )
+    delegate_options: dict[str, str] = Field(default_factory=dict, description="Options for the gpu/external plugin.")
+
+    @model_validator(mode="after")
+    def _external_needs_library(self) -> LiteRtOptions:
+        if self.delegate_library is None and "external" in (self.delegate, *self.fallback):
+            raise ValueError("delegate 'external' needs delegate_library, the path of its shared library")
+        return self
+
+
+def edgetpu_devices() -> list[str]:
+    """Edge TPUs on this box, named as the edgetpu delegate's `device` option names them."""
+    usb = 0
+    for device in Path("/sys/bus/usb/devices").glob("*"):
+        try:
+            ids = ((device / "idVendor").read_text().strip(), (device / "idProduct").read_text().strip())
+        except OSError:
+            continue
+        usb += ids in _CORAL_USB_IDS
+    pci = len(list(Path("/dev").glob("apex_*")))
+    return [f"usb:{i}" for i in range(usb)] + [f"pci:{i}" for i in range(pci)]
+
+
+def edgetpu_library() -> str:
+    return EDGETPU_LIBRARIES.get(platform.system(), EDGETPU_LIBRARIES["Linux"])
+
+
+def edgetpu_name(device: str) -> str:
+    kind = {"usb": " (USB)", "pci": " (PCIe)"}.get(device.partition(":")[0], "")
+    return f"Coral Edge TPU{kind}"
+
+
+def plugin_problem(library: str) -> str | None:
+    """Why `library` is no delegate plugin, found before LiteRT's loader meets it half-made."""
+    try:
+        handle = ctypes.CDLL(library)
+    except OSError as exc:
+        return str(exc) if library in str(exc) else f"cannot load {library}: {exc}"
+    missing = [symbol for symbol in _PLUGIN_SYMBOLS if not hasattr(handle, symbol)]
+    if missing:
+        return f"{library} is no TFLite delegate plugin (it lacks {', '.join(missing)})"
+    return None
+
+
+class DelegateError(Exception):
+    """A delegate could not be loaded or could not take the model; the next fallback may."""
+
+
+@dataclass(frozen=True)
+class DelegateChoice:
+    name: DelegateName
+    library: str | None = None  # None for the CPU, whose kernels are built into the interpreter
+    options: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, name: DelegateName, options: LiteRtOptions) -> DelegateChoice:
+        if name == "edgetpu":
+            return cls(name, edgetpu_library(), {"device": options.edgetpu_device})
+        if name == "gpu":
+            return cls(name, options.delegate_library or GPU_DELEGATE_LIBRARY, dict(options.delegate_options))
+        if name == "external":
+            return cls(name, options.delegate_library, dict(options.delegate_options))
+        return cls(name)
+
+    def load(self, library: InterpreterLibrary) -> Any:
+        """The loaded delegate (None for the CPU); raises DelegateError with the loader's error."""
+        if self.library is None:
+            return None
+        problem = plugin_problem(self.library)
+        if problem is not None:
+            if self.name == "edgetpu":
+                problem += " (install the Edge TPU runtime, libedgetpu1-std)"
+            raise DelegateError(problem)
+        retry = self.name == "edgetpu" and not self.options["device"].startswith("pci")
+        while True:
+            try:
+                return library.module.load_delegate(self.library, self.options)
+            except (ValueError, RuntimeError) as exc:
+                if not retry:
+                    raise DelegateError(str(exc).replace("\n", " ").strip()) from exc
+                retry = False
+                log.info("Edge TPU did not open (%s); retrying once in %.0f s", exc, EDGETPU_RETRY_PAUSE_S)
+                time.sleep(EDGETPU_RETRY_PAUSE_S)
+
+    def device(self) -> tuple[str, str]:
+        """(device, device_name) for RunsOn."""
+        if self.name == "edgetpu":
+            device = self.options["device"]
+            return f"edgetpu:{device.lstrip(':')}", edgetpu_name(device)
+        if self.library is not None:
+            return self.name, f"{self.name} delegate {Path(self.library).name}"
+        return "cpu", cpu_name()

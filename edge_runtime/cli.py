@@ -1,0 +1,78 @@
+"""The `edge-runtime` command line.
+
+Each sub-command lives in its own module under `edge_runtime/commands/`; this module only parses
+arguments and turns the runtime's errors into one clear line and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from edge_runtime import __version__
+from edge_runtime.errors import EdgeRuntimeError
+
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="edge-runtime", description="Edge inference runtime")
+    parser.add_argument("--version", action="version", version=f"edge-runtime {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the runtime decides and why")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    probe = commands.add_parser("probe", help="show the hardware, backends and profile of this box")
+    probe.add_argument("--model", type=Path, help="also rank the backend choices for this model")
+    probe.add_argument("--json", action="store_true", help="print JSON for programs")
+    _add_box_options(probe)
+
+    bench = commands.add_parser("bench", help="measure latency, throughput and fidelity of a model")
+    bench.add_argument("model", type=Path, help="model package directory or model file")
+    bench.add_argument("--backend", help="only this backend (openvino, litert, onnxruntime)")
+    bench.add_argument("--device", help="only this device, e.g. CPU, GPU, NPU, CUDA")
+    bench.add_argument("--precision", choices=PRECISIONS, help="run at this precision")
+    bench.add_argument("--variant", help="only this variant of the package, e.g. openvino/int8")
+    bench.add_argument("--seconds", type=float, default=5.0, help="measuring time per choice (default 5)")
+    bench.add_argument("--hint", choices=("latency", "throughput"), default="latency")
+    bench.add_argument("--threads", type=int, help="inference threads (default: all cores)")
+    bench.add_argument("--compare", action="store_true", help="check outputs against the fp32 CPU reference")
+    bench.add_argument("--tolerance", type=float, help="largest error allowed, as a fraction of the output range")
+    bench.add_argument("--select", action="store_true", help="measure every runnable choice, store the fastest")
+    bench.add_argument("--json", action="store_true", help="print JSON for programs")
+    _add_box_options(bench)
+    return parser
+
+
+def _add_box_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--root", type=Path, default=Path("/"), help="read hardware facts below this directory")
+    parser.add_argument("--profiles", type=Path, action="append", default=[], help="extra device profile directory")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="where choices stored by `bench --select` live (default: $STATE_DIRECTORY or ~/.local/state/edge-runtime)",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if args.command == "probe":
+            from edge_runtime.commands.probe import run_probe
+
+            return run_probe(args)
+        from edge_runtime.commands.bench import run_bench
+
+        return run_bench(args)
+    except EdgeRuntimeError as error:
+        print(f"edge-runtime: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,1 @@
+"""Sub-commands of the `edge-runtime` command line, one module each."""

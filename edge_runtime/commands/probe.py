@@ -1,0 +1,71 @@
+"""`edge-runtime probe`: what this box has, what loads, which profile matched, and why."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from edge_runtime.hardware.facts import Hardware
+from edge_runtime.package.loader import open_package
+from edge_runtime.placement import Box, default_state_dir, look_at_box, select_for
+from edge_runtime.selection import Selection
+
+
+def run_probe(args: argparse.Namespace) -> int:
+    box = look_at_box(args.root, args.profiles)
+    selection = None
+    if args.model is not None:
+        selection = select_for(open_package(args.model), box, state_dir=args.state_dir or default_state_dir())
+    if args.json:
+        print(json.dumps(probe_report(box, selection), indent=2, default=str))
+    else:
+        print(render(box, selection))
+    return 0
+
+
+def probe_report(box: Box, selection: Selection | None) -> dict[str, Any]:
+    report: dict[str, Any] = {"hardware": box.hardware.to_dict(), "profile": box.match.to_dict()}
+    if selection is not None:
+        report["selection"] = selection.to_dict()
+    return report
+
+
+def render(box: Box, selection: Selection | None) -> str:
+    lines = ["Hardware", *(f"  {name:<10} {value}" for name, value in hardware_lines(box.hardware))]
+    lines += ["", "Backends"]
+    for key, status in box.hardware.libraries.items():
+        if not status.available:
+            lines.append(f"  {key:<12} not available: {status.reason}")
+            continue
+        devices = ", ".join(
+            f"{d} ({status.device_names[d]})" if d in status.device_names else d for d in status.devices
+        )
+        lines.append(f"  {key:<12} {status.version or ''}  devices: {devices or 'none'}")
+        if status.reason:
+            lines.append(f"  {'':<12} {status.reason}")
+    profile = box.match.profile
+    lines += ["", f"Profile: {profile.name} ({profile.source})" if profile else "Profile: none matched"]
+    for verdict in box.match.verdicts:
+        if not verdict.chosen:
+            lines.append(f"  not {verdict.name}: {'; '.join(verdict.reasons)}")
+    if selection is not None:
+        lines += ["", "Choices for " + selection.explain()]
+    return "\n".join(lines)
+
+
+def hardware_lines(hardware: Hardware) -> list[tuple[str, str]]:
+    cpu = hardware.cpu
+    flags = " ".join(sorted(cpu.flags)) or "none of note"
+    rows = [
+        ("CPU", f"{cpu.model} ({cpu.arch}), {cpu.physical_cores} cores / {cpu.logical_cores} threads"),
+        ("ISA", flags),
+        ("Board", hardware.board_model or hardware.system or "-"),
+        ("iGPU", ", ".join(f"{n.path} ({n.vendor or 'unknown'})" for n in hardware.render_nodes) or "none"),
+        ("NPU", ", ".join(f"{a.path} ({a.driver or 'driver unknown'})" for a in hardware.accel_devices) or "none"),
+        ("Edge TPU", ", ".join(f"{t.kind} {t.location}" for t in hardware.edgetpus) or "none"),
+        ("NVIDIA", ", ".join(f"{g.index}: {g.model or 'unknown model'}" for g in hardware.nvidia_gpus) or "none"),
+    ]
+    if hardware.jetson is not None:
+        rows.append(("Jetson", f"L4T {hardware.jetson.l4t_release or '?'} ({hardware.jetson.soc or '?'})"))
+    return rows

@@ -1,0 +1,70 @@
+"""Placing a model on this box: detect, match a profile, select, and load with fallback.
+
+This is what `probe`, `bench` and the daemon share: the box is looked at once, and loading walks
+the selection's runnable candidates in order, so an NPU that fails to compile a model hands it to
+the next choice instead of stopping the service.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.hardware import detect
+from edge_runtime.hardware.facts import Hardware
+from edge_runtime.model import LoadedModel, load_model
+from edge_runtime.package.loader import ModelPackage
+from edge_runtime.profiles import ProfileMatch, load_profiles, match_profile
+from edge_runtime.selection import Candidate, Overrides, Selection, load_stored_choice, model_key, select
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Box:
+    hardware: Hardware
+    match: ProfileMatch
+
+
+def look_at_box(root: Path | str = "/", profile_dirs: Sequence[Path] = ()) -> Box:
+    hardware = detect(root)
+    return Box(hardware=hardware, match=match_profile(hardware, load_profiles(profile_dirs)))
+
+
+def default_state_dir() -> Path:
+    """systemd's StateDirectory when run as a service, the XDG state directory otherwise."""
+    if state := os.environ.get("STATE_DIRECTORY"):
+        return Path(state.split(":")[0])
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base) / "edge-runtime"
+
+
+def select_for(
+    package: ModelPackage, box: Box, overrides: Overrides | None = None, state_dir: Path | None = None
+) -> Selection:
+    stored = load_stored_choice(state_dir, model_key(package)) if state_dir is not None else None
+    return select(package, box.hardware, profile=box.match.profile, overrides=overrides, stored=stored)
+
+
+def load_candidate(package: ModelPackage, candidate: Candidate) -> LoadedModel:
+    if candidate.variant_id is None:
+        raise EdgeRuntimeError(f"{candidate.choice.label()} has no variant to load: {candidate.reason}")
+    return load_model(package, candidate.variant_id, candidate.choice.backend, candidate.backend_options())
+
+
+def load_selected(package: ModelPackage, selection: Selection) -> tuple[LoadedModel, Candidate]:
+    """Load the chosen candidate, moving down the runnable ones when a load fails."""
+    failures = []
+    for candidate in selection.runnable():
+        try:
+            return load_candidate(package, candidate), candidate
+        except EdgeRuntimeError as error:
+            log.warning("%s could not load %s: %s", candidate.choice.label(), package.name, error)
+            failures.append(f"{candidate.choice.label()}: {error}")
+    if not failures:
+        raise EdgeRuntimeError(f"nothing can run model {package.name} on this box:\n{selection.explain()}")
+    raise EdgeRuntimeError(f"every runnable choice failed to load model {package.name}:\n  " + "\n  ".join(failures))
