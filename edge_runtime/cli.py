@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from edge_runtime import __version__
+from edge_runtime.backends import backend_keys
 from edge_runtime.errors import EdgeRuntimeError
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
@@ -31,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure latency, throughput and fidelity of a model")
     bench.add_argument("model", type=Path, help="model package directory or model file")
-    bench.add_argument("--backend", help="only this backend (openvino, litert, onnxruntime)")
+    bench.add_argument("--backend", choices=backend_keys(), help="only this backend")
     bench.add_argument("--device", help="only this device, e.g. CPU, GPU, NPU, CUDA")
     bench.add_argument("--precision", choices=PRECISIONS, help="run at this precision")
     bench.add_argument("--variant", help="only this variant of the package, e.g. openvino/int8")
