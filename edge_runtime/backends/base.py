@@ -118,7 +118,9 @@ class AsyncRunner(ABC):
     capacity: int
 
     @abstractmethod
-    def submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> None: ...
+    def submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> None:
+        """Start one request. The runner may read `inputs` in place until the request's callback has
+        run, so the caller must not write into those arrays before then (pass a fresh array per frame)."""
 
     @abstractmethod
     def wait_all(self) -> None: ...
