@@ -57,10 +57,13 @@ def tool(name: str) -> str:
     return path
 
 
-def benchmark_app(model_file: Path, hint: str, seconds: float, threads: int) -> float:
-    """Median latency in ms (latency hint) or throughput in FPS (throughput hint)."""
-    command = [tool("benchmark_app"), "-m", str(model_file), "-d", "CPU", "-hint", hint, "-t", str(seconds)]
-    command += ["-infer_precision", "f32", "-nthreads", str(threads)]
+def benchmark_app(model_file: Path, hint: str, seconds: float) -> float:
+    """Median latency in ms (latency hint) or throughput in FPS (throughput hint).
+
+    benchmark_app refuses a thread count together with a hint, so both sides use all cores here.
+    """
+    command = [tool("benchmark_app"), "-m", str(model_file), "-d", "CPU", "-hint", hint]
+    command += ["-t", str(max(1, round(seconds))), "-infer_precision", "f32"]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     if hint == "throughput":
         return float(re.search(r"Throughput:\s+([\d.]+) FPS", out).group(1))  # type: ignore[union-attr]
@@ -78,16 +81,17 @@ def litert_benchmark(model_file: Path, seconds: float, threads: int, expected_ms
         return float(json.loads(result.read_text())["latency"]["median_ms"])
 
 
-def ours_latency(package_dir: Path, variant: str, backend: str, seconds: float, threads: int) -> float:
-    model = load_model(open_package(package_dir), variant, backend, {"threads": threads, "hint": "latency"})
+def ours_latency(package_dir: Path, variant: str, backend: str, seconds: float, threads: int | None) -> float:
+    options = {"hint": "latency"} | ({"threads": threads} if threads else {})
+    model = load_model(open_package(package_dir), variant, backend, options)
     try:
         return measure_latency(model, bench_feed(model), seconds).median_ms
     finally:
         model.close()
 
 
-def ours_throughput(package_dir: Path, variant: str, seconds: float, threads: int) -> float:
-    model = load_model(open_package(package_dir), variant, "openvino", {"threads": threads, "hint": "throughput"})
+def ours_throughput(package_dir: Path, variant: str, seconds: float) -> float:
+    model = load_model(open_package(package_dir), variant, "openvino", {"hint": "throughput"})
     try:
         return measure_throughput(model, bench_feed(model), seconds).throughput_fps
     finally:
@@ -114,14 +118,14 @@ def run(rounds: int, seconds: float, threads: int) -> list[Row]:
             (
                 "OpenVINO CPU f32 vs benchmark_app",
                 "median latency ms",
-                partial(ours_latency, package_dir, ov_variant, "openvino", seconds, threads),
-                partial(benchmark_app, ov_file, "latency", seconds, threads),
+                partial(ours_latency, package_dir, ov_variant, "openvino", seconds, None),
+                partial(benchmark_app, ov_file, "latency", seconds),
             ),
             (
                 "OpenVINO CPU f32 vs benchmark_app",
                 "throughput FPS",
-                partial(ours_throughput, package_dir, ov_variant, seconds, threads),
-                partial(benchmark_app, ov_file, "throughput", seconds, threads),
+                partial(ours_throughput, package_dir, ov_variant, seconds),
+                partial(benchmark_app, ov_file, "throughput", seconds),
             ),
         ]
         for comparison, metric, ours, theirs in pairs:
