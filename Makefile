@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+SYSTEM_STAMP := $(VENV)/.system-packages-stamp
+# What the tests run for real: a Mosquitto broker, ffmpeg serving RTSP, systemd-analyze for the unit file.
+SYSTEM_PACKAGES := mosquitto ffmpeg systemd
 
 .PHONY: demo test lint typecheck unit bench clean
 
@@ -24,7 +27,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+$(SYSTEM_STAMP): $(STAMP)
+	./scripts/ensure-system-packages.sh $(SYSTEM_PACKAGES)
+	@touch $@
+
+unit: $(STAMP) $(SYSTEM_STAMP)
 	$(BIN)/pytest
 
 test: lint typecheck unit

@@ -1,0 +1,96 @@
+"""What every input source produces and how the pipeline pulls from it.
+
+A source owns its capture thread (camera sources) or subscription (sensor sources) and hands out
+items through `read`. It reconnects by itself after outages and counts what it dropped, so a
+pipeline never has to know whether frames come from a USB camera, an RTSP stream or a CSV file.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+
+class SourceConfig(BaseModel):
+    """Base of every source's typed config; each subclass sets `type: Literal["<key>"]`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One camera image as OpenCV decodes it: BGR, uint8, height x width x 3."""
+
+    image: np.ndarray
+    index: int  # counts frames the source delivered, from 0, without gaps for dropped ones
+    captured_at: float  # wall-clock time (time.time()) when the frame was grabbed
+    source: str
+
+
+@dataclass(frozen=True)
+class Window:
+    """A window of sensor samples: `length` rows of `channels` float32 values, oldest first."""
+
+    samples: np.ndarray
+    index: int
+    captured_at: float  # wall-clock time of the newest sample
+    source: str
+
+
+Item = Frame | Window
+
+
+class EndOfSource(Exception):  # noqa: N818 - not an error: the end of a finite input
+    """A finite source (a video file played once, a replayed file) has delivered everything."""
+
+
+@dataclass
+class SourceStats:
+    """Counters a source keeps for the stats topic; read without locking (ints are atomic enough)."""
+
+    delivered: int = 0
+    dropped: int = 0  # frames replaced by newer ones (policy latest), skipped by max_fps or motion gating
+    malformed: int = 0  # sensor messages that could not be parsed, or were too large
+    reconnects: int = 0
+    outages: int = 0
+    connected: bool = False
+    last_error: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+MessageHandler = Callable[[str, bytes], None]
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What the daemon lends its sources: sensor sources on MQTT subscribe through its broker connection."""
+
+    subscribe: Callable[[str, int, MessageHandler], None] | None = None
+
+
+class Source(ABC):
+    types: ClassVar[tuple[str, ...]]  # the config `type`s this class implements
+
+    def __init__(self, config: SourceConfig, name: str, context: SourceContext | None = None) -> None:
+        self.config = config
+        self.name = name
+        self.context = context or SourceContext()
+        self.stats = SourceStats()
+
+    @abstractmethod
+    def start(self) -> None:
+        """Start capturing in the background; returns at once, connection problems are retried."""
+
+    @abstractmethod
+    def read(self, timeout: float) -> Item | None:
+        """The next item, or None if none arrived within `timeout` seconds; EndOfSource when finished."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop capturing and release the device or connection."""
