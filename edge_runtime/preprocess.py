@@ -106,3 +106,45 @@ class ImagePreprocessor:
             info = np.iinfo(self._dtype)
             values = np.clip(np.rint(values), info.min, info.max)
         return values.astype(self._dtype, copy=False)
+
+
+class WindowPreprocessor:
+    """Turns a window of sensor samples (length x channels, float32) into the model's input tensor.
+
+    The manifest's layout says where time goes: NTC (batch, time, channels), NCT (batch, channels,
+    time) or NC (batch, length * channels, flattened oldest first). Normalisation and quantization work
+    per channel as for images.
+    """
+
+    def __init__(self, spec: InputSpec, tensor: TensorSpec):
+        if spec.layout not in ("NTC", "NCT", "NC"):
+            raise ConfigError(f"input {tensor.name}: sensor windows need layout NTC, NCT or NC, not {spec.layout}")
+        self.spec = spec
+        self.tensor = tensor
+        channels = spec.shape[2] if spec.layout == "NTC" else spec.shape[1] if spec.layout == "NCT" else 1
+        mean = np.asarray(spec.mean or (0.0,), np.float32)
+        std = np.asarray(spec.std or (1.0,), np.float32)
+        scale, offset = 1.0 / std, -mean / std
+        if tensor.quantization is not None:
+            q = tensor.quantization
+            scale, offset = scale / q.scale, offset / q.scale + q.zero_point
+        self._scale = np.broadcast_to(scale, (channels,)) if spec.layout != "NC" else scale
+        self._offset = np.broadcast_to(offset, (channels,)) if spec.layout != "NC" else offset
+        self._dtype = np.dtype(tensor.dtype)
+
+    def __call__(self, samples: np.ndarray) -> np.ndarray:
+        values = samples.astype(np.float32) * self._scale + self._offset
+        if np.issubdtype(self._dtype, np.integer):
+            info = np.iinfo(self._dtype)
+            values = np.clip(np.rint(values), info.min, info.max)
+        if self.spec.layout == "NCT":
+            values = values.T
+        elif self.spec.layout == "NC":
+            values = values.reshape(-1)
+        tensor = np.ascontiguousarray(values[np.newaxis], dtype=self._dtype)
+        if tensor.shape != self.spec.shape:
+            raise ConfigError(
+                f"input {self.tensor.name}: a window gives shape {list(tensor.shape)}, the model takes "
+                f"{list(self.spec.shape)}; set the source's window length and channels to match"
+            )
+        return tensor

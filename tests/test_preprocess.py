@@ -65,3 +65,30 @@ def test_uint8_identity_passes_pixels_through() -> None:
 def test_non_image_input_is_refused() -> None:
     with pytest.raises(ConfigError, match="needs an NHWC or NCHW 4-D shape"):
         make(InputSpec(shape=(1, 10), layout="NC"))
+
+
+@pytest.mark.parametrize(
+    ("layout", "shape", "expected"),
+    [
+        ("NTC", (1, 4, 2), [[[0, 1], [2, 3], [4, 5], [6, 7]]]),
+        ("NCT", (1, 2, 4), [[[0, 2, 4, 6], [1, 3, 5, 7]]]),
+        ("NC", (1, 8), [[0, 1, 2, 3, 4, 5, 6, 7]]),
+    ],
+)
+def test_sensor_windows_follow_the_layout(layout: str, shape: tuple[int, ...], expected: list[object]) -> None:
+    from edge_runtime.preprocess import WindowPreprocessor
+
+    spec = InputSpec(shape=shape, layout=layout)  # type: ignore[arg-type]
+    pre = WindowPreprocessor(spec, TensorSpec("x", shape, "float32"))
+    window = np.arange(8, dtype=np.float32).reshape(4, 2)
+    assert np.array_equal(pre(window), np.asarray(expected, np.float32))
+
+
+def test_sensor_window_quantized_and_wrong_length() -> None:
+    from edge_runtime.preprocess import WindowPreprocessor
+
+    spec = InputSpec(shape=(1, 3, 1), layout="NTC", mean=(1.0,), std=(2.0,))
+    pre = WindowPreprocessor(spec, TensorSpec("x", spec.shape, "int8", Quantization(scale=0.5, zero_point=10)))
+    assert pre(np.array([[1.0], [3.0], [-1.0]], np.float32)).tolist() == [[[10], [12], [8]]]
+    with pytest.raises(ConfigError, match=r"a window gives shape \[1, 4, 1\], the model takes \[1, 3, 1\]"):
+        pre(np.zeros((4, 1), np.float32))

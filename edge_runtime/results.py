@@ -1,0 +1,96 @@
+"""Result messages: what subscribers receive on `<prefix>/<device_id>/<pipeline>/result`.
+
+The schema is documented as JSON Schema in `edge_runtime/schemas/result.schema.json` and every
+message the tests see is validated against it. Each message carries a unique `id`: delivery is
+at-least-once (a result the broker did not acknowledge before an outage is sent again), so
+consumers drop repeats by id.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    version: str
+    variant: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    backend: str
+    device: str
+    precision: str
+
+
+@dataclass(frozen=True)
+class StageLatency:
+    """Milliseconds spent in each stage; `total` runs from capture to the decoded result, queueing included."""
+
+    pre: float
+    infer: float
+    post: float
+    total: float
+
+
+def iso_time(epoch_seconds: float) -> str:
+    """UTC ISO 8601 with milliseconds, the form Home Assistant and Node-RED parse without help."""
+    moment = datetime.fromtimestamp(epoch_seconds, tz=timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def build_result(
+    *,
+    device_id: str,
+    pipeline: str,
+    source: str,
+    kind: str,
+    index: int,
+    captured_at: float,
+    published_at: float,
+    model: ModelInfo,
+    runtime: RuntimeInfo,
+    latency: StageLatency,
+    task: str,
+    result: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "id": str(uuid.uuid4()),
+        "device_id": device_id,
+        "pipeline": pipeline,
+        "source": source,
+        "kind": kind,
+        "index": index,
+        "captured_at": iso_time(captured_at),
+        "published_at": iso_time(published_at),
+        "model": vars(model),
+        "runtime": vars(runtime),
+        "latency_ms": {name: round(value, 3) for name, value in vars(latency).items()},
+        "task": task,
+        "result": result,
+    }
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def result_schema() -> dict[str, Any]:
+    text = resources.files("edge_runtime.schemas").joinpath("result.schema.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def result_topic(prefix: str, device_id: str, pipeline: str) -> str:
+    return f"{prefix}/{device_id}/{pipeline}/result"
