@@ -1,44 +1,35 @@
-"""What every decoder takes and returns."""
+"""What every decoder takes and returns, and the helpers they share."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from edge_runtime.backends.base import TensorSpec
-from edge_runtime.errors import ConfigError
+from edge_runtime.decoders.decoded import Decoded, Detection, Detections
+from edge_runtime.errors import ConfigError, ModelMismatchError
 from edge_runtime.preprocess import FrameTransform
+
+__all__ = [
+    "Decoded",
+    "Decoder",
+    "DecoderParams",
+    "Detection",
+    "Detections",
+    "dequantize",
+    "label_for",
+    "select_output",
+]
 
 D = TypeVar("D", bound="Decoder")
 
 
 class DecoderParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-@dataclass(frozen=True)
-class Detection:
-    """One object, with its box in source-image pixels."""
-
-    label: str
-    score: float
-    box: tuple[float, float, float, float]  # x_min, y_min, x_max, y_max
-    keypoints: tuple[tuple[float, float], ...] = field(default=())
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "label": self.label,
-            "score": round(self.score, 4),
-            "box": [round(v, 1) for v in self.box],
-        }
-        if self.keypoints:
-            data["keypoints"] = [[round(x, 1), round(y, 1)] for x, y in self.keypoints]
-        return data
 
 
 def dequantize(outputs: Sequence[np.ndarray], specs: Sequence[TensorSpec]) -> list[np.ndarray]:
@@ -52,7 +43,36 @@ def dequantize(outputs: Sequence[np.ndarray], specs: Sequence[TensorSpec]) -> li
     return result
 
 
+def select_output(
+    outputs: Sequence[np.ndarray], specs: Sequence[TensorSpec], selector: int | str, decoder: str
+) -> tuple[np.ndarray, TensorSpec]:
+    """The output a decoder reads, chosen by position or by tensor name (params `output`)."""
+    if isinstance(selector, str):
+        names = [spec.name for spec in specs]
+        if selector not in names:
+            raise ModelMismatchError(f"decoder {decoder}: the model has no output {selector!r}; it has {names}")
+        index = names.index(selector)
+    else:
+        index = selector
+        if not 0 <= index < len(outputs):
+            raise ModelMismatchError(
+                f"decoder {decoder}: expected an output at index {index}, the model has {len(outputs)} outputs"
+            )
+    return outputs[index], specs[index]
+
+
+def label_for(labels: Sequence[str], index: int) -> str:
+    """The label of a class index; the index itself where the labels list is short or missing."""
+    return labels[index] if 0 <= index < len(labels) else str(index)
+
+
 class Decoder(ABC):
+    """Turns one inference's outputs into a `Decoded` result.
+
+    Decoders are built once per pipeline from the manifest's `decoder` entry and then called per frame
+    or window; anything that depends only on the parameters is computed in `__init__` or on first use.
+    """
+
     params_type: ClassVar[type[DecoderParams]]
     name: ClassVar[str]
 
@@ -72,5 +92,12 @@ class Decoder(ABC):
 
     @abstractmethod
     def decode(
-        self, outputs: Sequence[np.ndarray], specs: Sequence[TensorSpec], transform: FrameTransform
-    ) -> list[Detection]: ...
+        self, outputs: Sequence[np.ndarray], specs: Sequence[TensorSpec], transform: FrameTransform | None = None
+    ) -> Decoded:
+        """`transform` maps model coordinates to source pixels; None for inputs that are not images."""
+
+    def _need_transform(self, transform: FrameTransform | None) -> FrameTransform:
+        """Decoders that report positions can only run behind an image input."""
+        if transform is None:
+            raise ConfigError(f"decoder {self.name} reports image positions and needs an image input, not a window")
+        return transform

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import Field
 
 from edge_runtime.backends.base import TensorSpec
-from edge_runtime.decoders.base import Decoder, DecoderParams, Detection, dequantize
+from edge_runtime.decoders.base import Decoder, DecoderParams, Detection, Detections, dequantize, label_for
 from edge_runtime.errors import ModelMismatchError
 from edge_runtime.preprocess import FrameTransform
 
@@ -83,8 +83,9 @@ class SsdAnchorDecoder(Decoder):
         self._anchors: np.ndarray | None = None
 
     def decode(
-        self, outputs: Sequence[np.ndarray], specs: Sequence[TensorSpec], transform: FrameTransform
-    ) -> list[Detection]:
+        self, outputs: Sequence[np.ndarray], specs: Sequence[TensorSpec], transform: FrameTransform | None = None
+    ) -> Detections:
+        transform = self._need_transform(transform)
         boxes_raw, scores_raw = self._split(dequantize(outputs, specs))
         anchors = self._anchors_for(transform, len(boxes_raw))
         clipped = np.clip(scores_raw, -self.params.score_clip, self.params.score_clip)
@@ -93,16 +94,18 @@ class SsdAnchorDecoder(Decoder):
         scores = scores_all[np.arange(len(classes)), classes]
         keep = np.flatnonzero(scores >= self.params.min_score)
         if keep.size == 0:
-            return []
+            return Detections()
         decoded = self._decode_boxes(boxes_raw[keep], anchors[keep])
         xywh = np.stack([decoded[:, 0], decoded[:, 1], decoded[:, 2] - decoded[:, 0], decoded[:, 3] - decoded[:, 1]], 1)
         chosen = cv2.dnn.NMSBoxes(
             xywh.tolist(), scores[keep].tolist(), self.params.min_score, self.params.iou_threshold
         )
-        return [
-            self._detection(decoded[i], scores[keep][i], int(classes[keep][i]), transform)
-            for i in np.asarray(chosen).reshape(-1)[: self.params.max_detections]
-        ]
+        return Detections(
+            tuple(
+                self._detection(decoded[i], scores[keep][i], int(classes[keep][i]), transform)
+                for i in np.asarray(chosen).reshape(-1)[: self.params.max_detections]
+            )
+        )
 
     def _split(self, outputs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         if len(outputs) < 2:
@@ -141,9 +144,8 @@ class SsdAnchorDecoder(Decoder):
 
     def _detection(self, row: np.ndarray, score: float, cls: int, transform: FrameTransform) -> Detection:
         xs, ys = transform.to_source(row[0::2], row[1::2])
-        label = self.labels[cls] if cls < len(self.labels) else str(cls)
         return Detection(
-            label=label,
+            label=label_for(self.labels, cls),
             score=float(score),
             box=(float(xs[0]), float(ys[0]), float(xs[1]), float(ys[1])),
             keypoints=tuple((float(x), float(y)) for x, y in zip(xs[2:], ys[2:], strict=True)),

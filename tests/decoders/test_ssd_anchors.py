@@ -7,6 +7,7 @@ import pytest
 
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.decoders import make_decoder
+from edge_runtime.decoders.decoded import Detections
 from edge_runtime.decoders.ssd_anchors import SsdAnchorParams, generate_anchors
 from edge_runtime.errors import ConfigError, ModelMismatchError
 from edge_runtime.package.loader import open_package
@@ -37,7 +38,7 @@ def test_pretrained_face_detector_finds_the_astronauts_face(face_package_dir: Pa
     specs = [TensorSpec(d["name"], tuple(d["shape"]), "float32") for d in details]
     decoder = make_decoder("ssd_anchors", package.manifest.decoder.params, package.manifest.labels)  # type: ignore[union-attr]
 
-    faces = decoder.decode(outputs, specs, transform)
+    faces = decoder.decode(outputs, specs, transform).detections
 
     assert len(faces) == 1
     face = faces[0]
@@ -46,6 +47,12 @@ def test_pretrained_face_detector_finds_the_astronauts_face(face_package_dir: Pa
     assert 165 < x0 < 195 and 70 < y0 < 100 and 260 < x1 < 290 and 160 < y1 < 190
     right_eye, left_eye = face.keypoints[0], face.keypoints[1]
     assert right_eye[0] < left_eye[0] and abs(right_eye[1] - left_eye[1]) < 15
+    result = decoder.decode(outputs, specs, transform)
+    assert result.signature() == ("face",) and result.top_score == face.score
+    [message] = result.to_dict()["detections"]
+    assert message["label"] == "face" and len(message["box"]) == 4 and len(message["keypoints"]) == 6
+    with pytest.raises(ConfigError, match="decoder ssd_anchors reports image positions and needs an image input"):
+        decoder.decode(outputs, specs)
 
 
 def test_empty_scene_gives_no_detection(face_package_dir: Path) -> None:
@@ -57,7 +64,7 @@ def test_empty_scene_gives_no_detection(face_package_dir: Path) -> None:
     ]
     outputs = [np.zeros((1, 896, 16), np.float32), np.full((1, 896, 1), -200.0, np.float32)]
     transform = FrameTransform(128, 128, 1.0, 1.0, 0.0, 0.0, 128, 128)
-    assert decoder.decode(outputs, specs, transform) == []
+    assert decoder.decode(outputs, specs, transform) == Detections()
     with pytest.raises(ModelMismatchError, match="896 anchors, the model outputs 10"):
         outputs = [np.zeros((1, 10, 16), np.float32), np.full((1, 10, 1), 5.0, np.float32)]
         decoder.decode(outputs, specs, transform)

@@ -1,0 +1,257 @@
+"""What decoders return: one small result type per task, each able to say three things.
+
+- `to_dict()` is the `result` object of a result message (JSON-ready: plain lists, dicts, rounded floats).
+- `top_score` feeds "publish only above a score threshold". Results with no notion of confidence
+  (segmentation, regression, raw) return None, meaning a score threshold does not apply to them; a result
+  that could have had scores but found nothing (no detections) returns 0.0, so it stays below any threshold.
+- `signature()` feeds "publish only on change": two results with equal signatures are the same news to
+  a subscriber. It keeps what a person would call a change (a new object, a different top class, a
+  keypoint appearing) and drops what jitters every frame (scores, box coordinates). Per task:
+
+  ============== ==========================================================================
+  detection      sorted labels, one entry per object (a second person arriving is a change)
+  classification the top class label
+  segmentation   sorted labels of the classes present (area above the decoder's min_area)
+  keypoints      sorted names of the keypoints found (score at or above min_score)
+  anomaly        "anomalous" or "normal"
+  regression     each value rounded to the decoder's `resolution` (default: 3 significant digits)
+  raw            a digest of the published (rounded, capped) values
+  ============== ==========================================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+def _round(value: float, digits: int) -> float:
+    return round(float(value), digits)
+
+
+def _json_number(value: float, digits: int) -> float | None:
+    """A rounded number, or None (JSON null) for NaN and infinities, which JSON cannot carry."""
+    return round(value, digits) if math.isfinite(value) else None
+
+
+class Decoded(ABC):
+    """A decoded result; `task` is the result message's `task` field."""
+
+    task: ClassVar[str]
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]: ...
+
+    @property
+    @abstractmethod
+    def top_score(self) -> float | None: ...
+
+    @abstractmethod
+    def signature(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One object, with its box in source-image pixels."""
+
+    label: str
+    score: float
+    box: tuple[float, float, float, float]  # x_min, y_min, x_max, y_max
+    keypoints: tuple[tuple[float, float], ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "label": self.label,
+            "score": _round(self.score, 4),
+            "box": [_round(v, 1) for v in self.box],
+        }
+        if self.keypoints:
+            data["keypoints"] = [[_round(x, 1), _round(y, 1)] for x, y in self.keypoints]
+        return data
+
+
+@dataclass(frozen=True)
+class Detections(Decoded):
+    """Objects found in one frame, best first."""
+
+    task: ClassVar[str] = "detection"
+    detections: tuple[Detection, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"detections": [d.to_dict() for d in self.detections]}
+
+    @property
+    def top_score(self) -> float:
+        return max((d.score for d in self.detections), default=0.0)
+
+    def signature(self) -> tuple[str, ...]:
+        return tuple(sorted(d.label for d in self.detections))
+
+
+@dataclass(frozen=True)
+class ClassScore:
+    label: str
+    score: float
+
+
+@dataclass(frozen=True)
+class Classifications(Decoded):
+    """The top classes of one input, best first."""
+
+    task: ClassVar[str] = "classification"
+    classes: tuple[ClassScore, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"classes": [{"label": c.label, "score": _round(c.score, 4)} for c in self.classes]}
+
+    @property
+    def top_score(self) -> float:
+        return self.classes[0].score if self.classes else 0.0
+
+    def signature(self) -> tuple[str, ...]:
+        return (self.classes[0].label,) if self.classes else ()
+
+
+@dataclass(frozen=True)
+class ClassArea:
+    label: str
+    area: float  # fraction of the source image, 0..1
+
+
+@dataclass(frozen=True)
+class Segmentation(Decoded):
+    """Which classes cover how much of the picture; the mask itself travels beside the message.
+
+    `mask_png` is the class-index mask at source size (pixel value = class index) as PNG bytes, kept out
+    of `to_dict` so the JSON message stays small; the publisher may send it on a topic of its own.
+    """
+
+    task: ClassVar[str] = "segmentation"
+    classes: tuple[ClassArea, ...] = ()
+    mask_png: bytes | None = None
+    mask_size: tuple[int, int] | None = None  # (width, height) of the PNG
+
+    def to_dict(self) -> dict[str, Any]:
+        summary: dict[str, Any] = {"classes": [{"label": c.label, "area": _round(c.area, 4)} for c in self.classes]}
+        if self.mask_png is not None and self.mask_size is not None:
+            summary["mask"] = {"width": self.mask_size[0], "height": self.mask_size[1], "format": "png"}
+        return {"segmentation": summary}
+
+    @property
+    def top_score(self) -> None:
+        return None
+
+    def signature(self) -> tuple[str, ...]:
+        return tuple(sorted(c.label for c in self.classes))
+
+
+@dataclass(frozen=True)
+class Keypoint:
+    name: str
+    x: float  # source-image pixels
+    y: float
+    score: float
+
+
+@dataclass(frozen=True)
+class Keypoints(Decoded):
+    """One set of named keypoints (a pose, a face's landmarks); `top_score` is their mean score."""
+
+    task: ClassVar[str] = "keypoints"
+    keypoints: tuple[Keypoint, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "keypoints": [
+                {"name": k.name, "x": _round(k.x, 1), "y": _round(k.y, 1), "score": _round(k.score, 4)}
+                for k in self.keypoints
+            ]
+        }
+
+    @property
+    def top_score(self) -> float:
+        if not self.keypoints:
+            return 0.0
+        return sum(k.score for k in self.keypoints) / len(self.keypoints)
+
+    def signature(self) -> tuple[str, ...]:
+        return tuple(sorted(k.name for k in self.keypoints))
+
+
+@dataclass(frozen=True)
+class Anomaly(Decoded):
+    task: ClassVar[str] = "anomaly"
+    score: float
+    threshold: float
+
+    @property
+    def anomalous(self) -> bool:
+        return self.score > self.threshold
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"score": _json_number(self.score, 4), "anomalous": self.anomalous}
+
+    @property
+    def top_score(self) -> float:
+        return self.score
+
+    def signature(self) -> tuple[str, ...]:
+        return ("anomalous",) if self.anomalous else ("normal",)
+
+
+@dataclass(frozen=True)
+class Regression(Decoded):
+    """Named values; `resolution` is the step below which a change is not news (None: 3 significant digits)."""
+
+    task: ClassVar[str] = "regression"
+    values: tuple[tuple[str, float], ...]
+    resolution: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"values": {name: _json_number(value, 6) for name, value in self.values}}
+
+    @property
+    def top_score(self) -> None:
+        return None
+
+    def signature(self) -> tuple[str, ...]:
+        resolution = self.resolution
+        if resolution is None:
+            return tuple(f"{name}={value:.3g}" for name, value in self.values)
+        return tuple(
+            f"{name}={round(value / resolution) if math.isfinite(value) else value}" for name, value in self.values
+        )
+
+
+@dataclass(frozen=True)
+class RawTensor:
+    name: str
+    shape: tuple[int, ...]
+    values: tuple[float | None, ...]  # the first values, flattened in C order; None where not finite
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class RawOutputs(Decoded):
+    task: ClassVar[str] = "raw"
+    tensors: tuple[RawTensor, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "outputs": {
+                t.name: {"shape": list(t.shape), "values": list(t.values), "truncated": t.truncated}
+                for t in self.tensors
+            }
+        }
+
+    @property
+    def top_score(self) -> None:
+        return None
+
+    def signature(self) -> tuple[str, ...]:
+        text = json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True)
+        return (hashlib.sha256(text.encode()).hexdigest()[:16],)

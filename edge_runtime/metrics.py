@@ -1,0 +1,93 @@
+"""The daemon's figures as a Prometheus endpoint (loopback by default).
+
+The collector reads the same report the stats topic publishes, at scrape time, so the two never
+disagree and nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+Report = Callable[[], dict[str, Any]]
+
+_PIPELINE_COUNTERS = {
+    "frames_in": "frames or windows delivered by the source",
+    "dropped": "frames dropped by the source (stale, rate limit, no motion)",
+    "results": "inferences decoded",
+    "published": "result messages handed to the publisher",
+    "filtered": "results not published (unchanged or below the score threshold)",
+    "errors": "failed inferences or decodes",
+}
+_PIPELINE_GAUGES = {"fps_in": "input rate over the last interval", "fps_out": "result rate over the last interval"}
+_MQTT_GAUGES = {
+    "connected": "1 while connected to the broker",
+    "spool_depth": "results waiting in the spool",
+    "spool_bytes": "bytes waiting in the spool",
+    "in_flight": "results sent but not yet acknowledged",
+}
+_MQTT_COUNTERS = {"reconnects": "broker reconnections", "dropped": "results dropped from a full or aged spool"}
+
+
+class DaemonCollector(Collector):
+    def __init__(self, report: Report) -> None:
+        self._report = report
+
+    def collect(self) -> Iterator[Metric]:
+        report = self._report()
+        pipelines: dict[str, dict[str, Any]] = report.get("pipelines", {})
+        yield from _pipeline_metrics(pipelines)
+        mqtt: dict[str, Any] = report.get("mqtt", {})
+        for key, text in _MQTT_GAUGES.items():
+            if key in mqtt:
+                yield GaugeMetricFamily(f"edge_runtime_mqtt_{key}", text, value=float(mqtt[key]))
+        for key, text in _MQTT_COUNTERS.items():
+            if key in mqtt:
+                yield CounterMetricFamily(f"edge_runtime_mqtt_{key}", text, value=float(mqtt[key]))
+
+
+def _pipeline_metrics(pipelines: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    for key, text in _PIPELINE_COUNTERS.items():
+        counter = CounterMetricFamily(f"edge_runtime_{key}", text, labels=["pipeline"])
+        for name, figures in pipelines.items():
+            counter.add_metric([name], float(figures.get(key, 0)))
+        yield counter
+    for key, text in _PIPELINE_GAUGES.items():
+        gauge = GaugeMetricFamily(f"edge_runtime_{key}", text, labels=["pipeline"])
+        for name, figures in pipelines.items():
+            gauge.add_metric([name], float(figures.get(key, 0.0)))
+        yield gauge
+    latency = GaugeMetricFamily(
+        "edge_runtime_stage_latency_ms", "stage latency percentiles", labels=["pipeline", "stage", "quantile"]
+    )
+    info = GaugeMetricFamily(
+        "edge_runtime_pipeline_info", "what runs each pipeline", labels=["pipeline", "backend", "device", "precision"]
+    )
+    for name, figures in pipelines.items():
+        for stage, quantiles in figures.get("latency_ms", {}).items():
+            for quantile, value in quantiles.items():
+                latency.add_metric([name, stage, quantile.removeprefix("p")], float(value))
+        runtime = figures.get("runtime", {})
+        labels = [name, runtime.get("backend", ""), runtime.get("device", ""), runtime.get("precision", "")]
+        info.add_metric(labels, 1.0)
+    yield latency
+    yield info
+
+
+def serve_metrics(report: Report, host: str, port: int) -> Callable[[], None]:
+    """Start the endpoint; returns the function that stops it."""
+    from prometheus_client import start_http_server
+
+    registry = CollectorRegistry()
+    registry.register(DaemonCollector(report))
+    server, thread = start_http_server(port, addr=host, registry=registry)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+    return stop

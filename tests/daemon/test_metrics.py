@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+from edge_runtime.metrics import serve_metrics
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_endpoint_serves_the_report_at_scrape_time() -> None:
+    report = {
+        "pipelines": {
+            "door": {
+                "frames_in": 120,
+                "dropped": 3,
+                "results": 117,
+                "published": 117,
+                "fps_in": 10.0,
+                "latency_ms": {"infer": {"p50": 1.5, "p99": 4.0}},
+                "runtime": {"backend": "openvino", "device": "CPU", "precision": "fp32"},
+            }
+        },
+        "mqtt": {"connected": 1, "spool_depth": 0, "reconnects": 2},
+    }
+    port = _free_port()
+    stop = serve_metrics(lambda: report, "127.0.0.1", port)
+    try:
+        first = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        report["pipelines"]["door"]["frames_in"] = 130
+        second = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    finally:
+        stop()
+    assert 'edge_runtime_frames_in_total{pipeline="door"} 120.0' in first
+    assert 'edge_runtime_frames_in_total{pipeline="door"} 130.0' in second
+    assert 'edge_runtime_stage_latency_ms{pipeline="door",quantile="99",stage="infer"} 4.0' in first
+    assert 'edge_runtime_pipeline_info{backend="openvino",device="CPU",pipeline="door",precision="fp32"} 1.0' in first
+    assert "edge_runtime_mqtt_reconnects_total 2.0" in first
+    assert "edge_runtime_mqtt_connected 1.0" in first
