@@ -24,3 +24,6 @@ def test_wheel_ships_profiles_and_entry_point(tmp_path: Path) -> None:
     assert "edge-runtime = edge_runtime.cli:main" in scripts
     assert "converters/__init__.py" in names
     assert not any(n.startswith(("tests/", "samples/", "bench/")) for n in names)
+    source_packages = {p.parent.relative_to(REPO).as_posix() for p in (REPO / "edge_runtime").rglob("__init__.py")}
+    assert {p for p in source_packages if f"{p}/__init__.py" not in names} == set()
+    assert "edge_runtime/schemas/result.schema.json" in names
