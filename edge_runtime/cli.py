@@ -44,6 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--select", action="store_true", help="measure every runnable choice, store the fastest")
     bench.add_argument("--json", action="store_true", help="print JSON for programs")
     _add_box_options(bench)
+
+    check = commands.add_parser("check-config", help="validate a daemon config file without running it")
+    check.add_argument("file", type=Path, help="the YAML config file")
+
+    run = commands.add_parser("run", help="run the daemon: pipelines from camera and sensor sources to MQTT")
+    run.add_argument("--config", type=Path, default=Path("/etc/edge-runtime/config.yaml"), help="config file")
+    run.add_argument("--root", type=Path, default=Path("/"), help="read hardware facts below this directory")
+    run.add_argument("--profiles", type=Path, action="append", default=[], help="extra device profile directory")
     return parser
 
 
@@ -69,6 +77,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from edge_runtime.commands.probe import run_probe
 
             return run_probe(args)
+        if args.command == "check-config":
+            from edge_runtime.commands.check_config import run_check_config
+
+            return run_check_config(args)
+        if args.command == "run":
+            from edge_runtime.daemon import run_daemon
+
+            return run_daemon(args)
         from edge_runtime.commands.bench import run_bench
 
         return run_bench(args)

@@ -1,0 +1,93 @@
+"""Checks of a valid config against the files it names, so that `check-config` finds what `run` would.
+
+Only enabled pipelines are checked: disabling a pipeline is how a box keeps one whose model is not
+deployed yet. A package's model files are not hashed here (loading verifies them); its manifest is
+read, and the pinned variant, the decoder and preprocessing overrides and the kind of source are
+checked against it. A bare model file is hashed, as opening one infers its manifest that way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pydantic import ValidationError
+
+from edge_runtime.config.problems import FieldPath, Problem
+from edge_runtime.config.schema import DaemonConfig, DecoderOverride, PipelineConfig
+from edge_runtime.errors import ConfigError, EdgeRuntimeError, ManifestError
+from edge_runtime.package.loader import ModelPackage, open_package
+from edge_runtime.package.manifest import describe_validation_error
+
+IMAGE_LAYOUTS = ("NHWC", "NCHW")
+SEQUENCE_LAYOUTS = ("NC", "NTC", "NCT")
+
+
+def check_files(config: DaemonConfig) -> list[Problem]:
+    problems: list[Problem] = []
+    for index, pipeline in enumerate(config.pipelines):
+        if pipeline.enabled:
+            problems += _check_pipeline(("pipelines", index), pipeline)
+    tls = config.mqtt.tls
+    if tls is not None:
+        for name in ("ca_file", "cert_file", "key_file"):
+            file = getattr(tls, name)
+            if file is not None and not file.is_file():
+                problems.append(Problem(("mqtt", "tls", name), f"file not found: {file}"))
+    return problems
+
+
+def _check_pipeline(at: FieldPath, pipeline: PipelineConfig) -> list[Problem]:
+    path = pipeline.model.path
+    where = (*at, "model", "path")
+    if not path.exists():
+        return [Problem(where, f"pipeline '{pipeline.name}': model not found: {path}")]
+    try:
+        package = open_package(path)
+    except ManifestError as error:
+        return [
+            Problem(
+                where,
+                f"pipeline '{pipeline.name}': invalid model manifest {error.source}: " + "; ".join(error.problems),
+            )
+        ]
+    except EdgeRuntimeError as error:
+        return [Problem(where, f"pipeline '{pipeline.name}': {error}")]
+    return list(_check_against_package(at, pipeline, package))
+
+
+def _check_against_package(at: FieldPath, pipeline: PipelineConfig, package: ModelPackage) -> Iterator[Problem]:
+    manifest = package.manifest
+    variant = pipeline.model.variant
+    if variant is not None and variant not in manifest.variants:
+        known = ", ".join(manifest.variants)
+        yield Problem((*at, "model", "variant"), f"model {manifest.name} has no variant {variant!r} (it has: {known})")
+    if pipeline.decoder is not None:
+        yield from _check_decoder((*at, "decoder"), pipeline.decoder, package)
+    if not manifest.inputs:
+        return
+    spec = manifest.inputs[0]
+    if pipeline.preprocess is not None:
+        try:
+            pipeline.preprocess.applied_to(spec)
+        except ValidationError as error:
+            for text in describe_validation_error(error):
+                problem = text.removeprefix("(top level): ")
+                yield Problem((*at, "preprocess"), f"does not fit model {manifest.name}: {problem}")
+    wanted, unfit = (IMAGE_LAYOUTS, SEQUENCE_LAYOUTS) if pipeline.is_camera else (SEQUENCE_LAYOUTS, IMAGE_LAYOUTS)
+    if spec.layout in unfit:
+        kind = "camera" if pipeline.is_camera else "sensor"
+        yield Problem(
+            (*at, "source", "type"),
+            f"a {kind} source cannot feed model {manifest.name}: its input is {spec.layout} {list(spec.shape)}, "
+            f"a {kind} source needs {' or '.join(wanted)}",
+        )
+
+
+def _check_decoder(at: FieldPath, override: DecoderOverride, package: ModelPackage) -> Iterator[Problem]:
+    from edge_runtime.decoders import make_decoder  # imports OpenCV; only needed for an override
+
+    try:
+        spec = override.applied_to(package.manifest.decoder)
+        make_decoder(spec.name, spec.params, package.manifest.labels)
+    except (ValueError, ConfigError) as error:
+        yield Problem(at, str(error))

@@ -1,0 +1,256 @@
+"""The schema of the daemon's config file: one box, its broker, and the pipelines it runs.
+
+Strict like the model manifest: an unknown or misspelt key is an error, because a silently ignored
+`min_scor:` or `qso:` would leave a box publishing something other than what its owner wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from edge_runtime.mqtt.settings import MqttSettings
+from edge_runtime.package.manifest import DecoderSpec, InputSpec, Precision
+from edge_runtime.profiles import BACKEND_FORMATS, BackendKey
+from edge_runtime.sources.configs import AnySource, CameraConfig, SensorConfig
+
+TOPIC_UNSAFE = frozenset("/+#")
+MAX_NAME_LENGTH = 128
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def check_topic_safe(value: str) -> str:
+    """Names that become one MQTT topic level must not split, widen or hide that topic."""
+    if not value:
+        raise ValueError("must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValueError(f"must be at most {MAX_NAME_LENGTH} characters, got {len(value)}")
+    bad = sorted({c for c in value if c in TOPIC_UNSAFE or c.isspace() or c == "\0"})
+    if bad:
+        shown = ", ".join(repr(c) for c in bad)
+        raise ValueError(f"{value!r} cannot be an MQTT topic level: it contains {shown}")
+    if value.startswith("$"):
+        raise ValueError(f"{value!r} cannot start with '$': brokers reserve such topics")
+    return value
+
+
+def _directory_from_env(variable: str, fallback: str, environ: Mapping[str, str] | None) -> Path:
+    """systemd passes StateDirectory=/CacheDirectory= as colon-separated lists; the first is ours."""
+    value = (os.environ if environ is None else environ).get(variable)
+    return Path(value.split(":")[0]) if value else Path(fallback)
+
+
+def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    return _directory_from_env("STATE_DIRECTORY", "/var/lib/edge-runtime", environ)
+
+
+def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    return _directory_from_env("CACHE_DIRECTORY", "/var/cache/edge-runtime", environ)
+
+
+class PrometheusSettings(_Strict):
+    enabled: bool = Field(default=False, description="serve the counters at http://host:port/metrics")
+    host: str = Field(default="127.0.0.1", min_length=1, description="address to listen on; 0.0.0.0 for all")
+    port: int = Field(default=9464, gt=0, lt=65536, description="TCP port of the metrics endpoint")
+
+
+class StatsSettings(_Strict):
+    interval_s: float = Field(default=30.0, gt=0, description="seconds between two messages on the stats topic")
+    prometheus: PrometheusSettings = Field(
+        default_factory=PrometheusSettings, description="optional Prometheus endpoint with the same counters"
+    )
+
+
+class ModelConfig(_Strict):
+    """The model of a pipeline and how to run it; unset fields leave the choice to the device profile."""
+
+    path: Path = Field(
+        description="model package directory (with model.yaml) or bare model file (.xml, .tflite, .onnx); "
+        "relative to the config file's directory"
+    )
+    backend: BackendKey | None = Field(default=None, description="pin a backend: openvino, litert or onnxruntime")
+    device: str | None = Field(default=None, min_length=1, description="pin a device, e.g. CPU, GPU, NPU, CUDA")
+    precision: Precision | None = Field(default=None, description="run at this precision: fp32, fp16, bf16, int8")
+    variant: str | None = Field(default=None, description="pin a package variant, e.g. openvino/int8")
+    threads: int | None = Field(default=None, ge=1, description="inference threads; default: the profile's")
+    hint: Literal["latency", "throughput"] | None = Field(default=None, description="backend performance hint")
+    max_in_flight: int | None = Field(default=None, ge=1, description="inferences running at once")
+    fidelity_tolerance: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="if set, compare the chosen backend with the fp32 reference at load and refuse it when its "
+        "largest error exceeds this fraction of the output range",
+    )
+
+    @field_validator("variant")
+    @classmethod
+    def _variant_id(cls, variant: str | None) -> str | None:
+        if variant is not None and not re.fullmatch(r"[a-z0-9]+/[A-Za-z0-9._-]+", variant):
+            raise ValueError(f"{variant!r} is not a variant id like 'openvino/int8' or 'tflite/fp32'")
+        return variant
+
+    @model_validator(mode="after")
+    def _variant_loadable_by_backend(self) -> ModelConfig:
+        if self.backend is not None and self.variant is not None:
+            kind = self.variant.split("/")[0]
+            loadable = sorted(f.value for f in BACKEND_FORMATS[self.backend])
+            if kind not in loadable:
+                raise ValueError(f"backend {self.backend} cannot load {kind} variants (it loads {', '.join(loadable)})")
+        return self
+
+
+class PreprocessOverrides(_Strict):
+    """Fields of the manifest's input spec that a deployment may change, e.g. for a camera that sends RGB."""
+
+    resize: Literal["stretch", "letterbox", "crop"] | None = Field(
+        default=None, description="how frames are fitted to the model's input size"
+    )
+    color_order: Literal["RGB", "BGR", "GRAY"] | None = Field(
+        default=None, description="channel order the model expects"
+    )
+    mean: tuple[float, ...] | None = Field(default=None, min_length=1, description="subtracted per channel")
+    std: tuple[float, ...] | None = Field(default=None, min_length=1, description="divided per channel")
+
+    @field_validator("std")
+    @classmethod
+    def _no_zero_std(cls, std: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if std is not None and any(s == 0 for s in std):
+            raise ValueError("std must not contain zero")
+        return std
+
+    def applied_to(self, spec: InputSpec) -> InputSpec:
+        """The manifest's input spec with these overrides; raises pydantic's ValidationError if they do not fit."""
+        return InputSpec.model_validate(spec.model_dump() | self.model_dump(exclude_none=True))
+
+
+class DecoderOverride(_Strict):
+    """A different decoder, or the manifest's decoder with some parameters changed."""
+
+    name: str | None = Field(
+        default=None, min_length=1, description="decoder name, e.g. ssd_anchors; default: the manifest's decoder"
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the decoder's parameters; for the manifest's decoder, merged over the manifest's parameters",
+    )
+
+    def applied_to(self, manifest_decoder: DecoderSpec | None) -> DecoderSpec:
+        """The decoder to build; raises ValueError when no name is given and the manifest has no decoder."""
+        name = self.name or (manifest_decoder.name if manifest_decoder else None)
+        if name is None:
+            raise ValueError("the model's manifest names no decoder; give decoder.name")
+        if manifest_decoder is not None and manifest_decoder.name == name:
+            return DecoderSpec(name=name, params=manifest_decoder.params | self.params)
+        return DecoderSpec(name=name, params=self.params)
+
+
+class SnapshotSettings(_Strict):
+    enabled: bool = Field(default=False, description="publish a JPEG of frames that produced a result")
+    max_rate_hz: float = Field(default=0.2, gt=0, description="at most this many snapshots per second")
+    jpeg_quality: int = Field(default=80, ge=1, le=100, description="JPEG quality, 1..100")
+
+
+class PublishSettings(_Strict):
+    qos: Literal[0, 1, 2] = Field(default=1, description="MQTT QoS of result messages")
+    retain: bool = Field(default=False, description="retain the latest result on the broker")
+    only_on_change: bool = Field(default=False, description="publish a result only when it differs from the last")
+    min_score: float | None = Field(default=None, ge=0, le=1, description="drop detections scoring below this")
+    snapshot: SnapshotSettings = Field(default_factory=SnapshotSettings, description="JPEG snapshots (cameras)")
+
+
+class PipelineConfig(_Strict):
+    """source → preprocess → infer → decode → publish, under one name that becomes a topic level."""
+
+    name: str = Field(description="unique pipeline name; used in MQTT topics, so no / + # or whitespace")
+    enabled: bool = Field(default=True, description="false keeps the pipeline in the file without running it")
+    source: AnySource = Field(description="where frames or sensor windows come from; `type` selects the kind")
+    model: ModelConfig = Field(description="the model and how to run it")
+    preprocess: PreprocessOverrides | None = Field(
+        default=None, description="overrides of the manifest's input preprocessing"
+    )
+    decoder: DecoderOverride | None = Field(default=None, description="replaces the manifest's output decoder")
+    publish: PublishSettings = Field(default_factory=PublishSettings, description="how results are published")
+
+    @field_validator("name")
+    @classmethod
+    def _topic_safe_name(cls, name: str) -> str:
+        return check_topic_safe(name)
+
+    @property
+    def is_camera(self) -> bool:
+        return isinstance(self.source, CameraConfig)
+
+    @model_validator(mode="after")
+    def _image_settings_need_a_camera(self) -> PipelineConfig:
+        if not isinstance(self.source, SensorConfig):
+            return self
+        if self.publish.snapshot.enabled:
+            raise ValueError(f"publish.snapshot needs a camera source; {self.source.type!r} gives sensor windows")
+        image_only = [f for f in ("resize", "color_order") if self.preprocess and getattr(self.preprocess, f)]
+        if image_only:
+            raise ValueError(f"preprocess.{image_only[0]} applies to images; {self.source.type!r} gives sensor windows")
+        return self
+
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class DaemonConfig(_Strict):
+    device_id: str = Field(description="this box's id in MQTT topics and the client id; no / + # or whitespace")
+    mqtt: MqttSettings = Field(default_factory=MqttSettings, description="the broker connection")
+    state_dir: Path = Field(
+        default_factory=lambda: default_state_dir(),
+        description="spool and stored choices; default $STATE_DIRECTORY or /var/lib/edge-runtime",
+    )
+    cache_dir: Path = Field(
+        default_factory=lambda: default_cache_dir(),
+        description="compiled models and engines; default $CACHE_DIRECTORY or /var/cache/edge-runtime",
+    )
+    stats: StatsSettings = Field(default_factory=StatsSettings, description="periodic counters")
+    log_level: LogLevel = Field(default="info", description="debug, info, warning or error")
+    pipelines: tuple[PipelineConfig, ...] = Field(description="what this box runs; at least one pipeline")
+
+    @field_validator("device_id")
+    @classmethod
+    def _topic_safe_id(cls, device_id: str) -> str:
+        return check_topic_safe(device_id)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_case_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("pipelines")
+    @classmethod
+    def _named_uniquely(cls, pipelines: tuple[PipelineConfig, ...]) -> tuple[PipelineConfig, ...]:
+        """Two pipelines with one name would publish to one topic and be indistinguishable on reload."""
+        if not pipelines:
+            raise ValueError("at least one pipeline is needed")
+        first_index: dict[str, int] = {}
+        for index, pipeline in enumerate(pipelines):
+            if pipeline.name in first_index:
+                raise ValueError(
+                    f"pipeline name {pipeline.name!r} is used by pipelines[{first_index[pipeline.name]}] "
+                    f"and pipelines[{index}]; names must be unique"
+                )
+            first_index[pipeline.name] = index
+        return pipelines
+
+    @property
+    def enabled_pipelines(self) -> tuple[PipelineConfig, ...]:
+        return tuple(p for p in self.pipelines if p.enabled)
+
+    def pipeline(self, name: str) -> PipelineConfig:
+        for pipeline in self.pipelines:
+            if pipeline.name == name:
+                return pipeline
+        raise KeyError(name)

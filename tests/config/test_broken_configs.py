@@ -1,0 +1,201 @@
+"""Broken config files: each must be refused with the field at fault and a message saying what is wrong."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edge_runtime.config import ConfigFileError, load_config
+from edge_runtime.errors import EdgeRuntimeError
+
+DELETE = object()
+SENSOR = {"type": "mqtt", "topics": ["sensors/a"], "window": {"length": 64, "stride": 32}}
+
+
+def edit(data: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """Apply {"pipelines.0.publish.qos": 3, "device_id": DELETE} to the base config."""
+    for dotted, value in changes.items():
+        *parents, last = dotted.split(".")
+        target: Any = data
+        for key in parents:
+            target = target[int(key)] if isinstance(target, list) else target.setdefault(key, {})
+        if value is DELETE:
+            del target[last]
+        elif isinstance(target, list):
+            target[int(last)] = value
+        else:
+            target[last] = value
+    return data
+
+
+CASES = [
+    ({"device_id": DELETE}, "device_id", "required field is missing"),
+    ({"mqqt": {"host": "broker"}}, "mqqt", "unknown field; did you mean 'mqtt'?"),
+    ({"pipelines.0.source.pth": "x.mp4"}, "pipelines[0].source.pth", "did you mean 'path'?"),
+    ({"pipelines.0.source.type": "rtspp"}, "pipelines[0].source", "unknown source type 'rtspp'; expected one of"),
+    ({"pipelines.0.source": {"path": "x.mp4"}}, "pipelines[0].source", "missing field 'type' (one of: v4l2, stream"),
+    (
+        {"pipelines.0.source": {"type": "stream", "url": "camera.local:554/live"}},
+        "pipelines[0].source.url",
+        "String should match pattern",
+    ),
+    (
+        {"pipelines.0.source": SENSOR | {"window": {"length": 8, "stride": 10}}},
+        "pipelines[0].source.window",
+        "stride 10 is longer than the window (8)",
+    ),
+    ({"pipelines.0.source": {"type": "replay", "path": "a.csv"}}, "pipelines[0].source.window", "required"),
+    ({"pipelines.0.publish.qos": 3}, "pipelines[0].publish.qos", "Input should be 0, 1 or 2"),
+    ({"pipelines.0.publish.min_score": 1.5}, "pipelines[0].publish.min_score", "less than or equal to 1"),
+    ({"pipelines.0.publish.snapshot.jpeg_quality": 0}, "pipelines[0].publish.snapshot.jpeg_quality", "greater than"),
+    ({"pipelines": []}, "pipelines", "at least one pipeline is needed"),
+    ({"pipelines": "faces"}, "pipelines", "expected a list, found text"),
+    ({"mqtt": None}, "mqtt", "expected a mapping of fields, found no value"),
+    ({"device_id": 12}, "device_id", "found a number; put it in quotes"),
+    ({"device_id": "${EDGE_TEST_SURELY_UNSET}"}, "device_id", "environment variable EDGE_TEST_SURELY_UNSET is not set"),
+    ({"device_id": "box-${oops"}, "device_id", "write $${ for a literal ${"),
+    ({"mqtt.password": "!credential mqtt-password"}, "mqtt.password", "credential mqtt-password not found in"),
+    ({"mqtt.tls": {"cert_file": "client.crt"}}, "mqtt.tls", "cert_file and key_file must be given together"),
+    ({"mqtt.tls": {"ca_file": "missing-ca.pem"}}, "mqtt.tls.ca_file", "file not found: "),
+    ({"mqtt.port": 0}, "mqtt.port", "greater than 0"),
+    ({"stats.interval_s": -5}, "stats.interval_s", "greater than 0"),
+    ({"stats.prometheus.port": 70000}, "stats.prometheus.port", "less than 65536"),
+    ({"stats.prometheus.enable": True}, "stats.prometheus.enable", "did you mean 'enabled'?"),
+    ({"log_level": "verbose"}, "log_level", "'debug', 'info', 'warning' or 'error'"),
+    ({"device_id": "site/box"}, "device_id", "cannot be an MQTT topic level: it contains '/'"),
+    ({"device_id": "$SYS"}, "device_id", "cannot start with '$'"),
+    ({"pipelines.0.name": "front door"}, "pipelines[0].name", "it contains ' '"),
+    ({"pipelines.0.name": "cam+1"}, "pipelines[0].name", "it contains '+'"),
+    ({"pipelines.0.model.path": "no/such/model"}, "pipelines[0].model.path", "pipeline 'faces': model not found: "),
+    ({"pipelines.0.model.path": "config.yaml"}, "pipelines[0].model.path", "neither a model package directory"),
+    ({"pipelines.0.model.variant": "onnx/int8"}, "pipelines[0].model.variant", "has no variant 'onnx/int8'"),
+    ({"pipelines.0.model.variant": "int8"}, "pipelines[0].model.variant", "is not a variant id like 'openvino/int8'"),
+    (
+        {"pipelines.0.model.backend": "litert", "pipelines.0.model.variant": "openvino/fp32"},
+        "pipelines[0].model",
+        "backend litert cannot load openvino variants",
+    ),
+    ({"pipelines.0.model.backend": "tensorflow"}, "pipelines[0].model.backend", "'openvino', 'litert' or"),
+    ({"pipelines.0.model.threads": 0}, "pipelines[0].model.threads", "greater than or equal to 1"),
+    ({"pipelines.0.model.fidelity_tolerance": 2}, "pipelines[0].model.fidelity_tolerance", "less than or equal"),
+    (
+        {"pipelines.0.source": SENSOR, "pipelines.0.publish.snapshot.enabled": True},
+        "pipelines[0]",
+        "publish.snapshot needs a camera source; 'mqtt' gives sensor windows",
+    ),
+    (
+        {"pipelines.0.source": SENSOR, "pipelines.0.preprocess": {"resize": "crop"}},
+        "pipelines[0]",
+        "preprocess.resize applies to images",
+    ),
+    ({"pipelines.0.source": SENSOR}, "pipelines[0].source.type", "a sensor source cannot feed model"),
+    ({"pipelines.0.decoder": {"name": "yolo_v99"}}, "pipelines[0].decoder", "unknown decoder 'yolo_v99'"),
+    (
+        {"pipelines.0.decoder": {"name": "ssd_anchors", "params": {"num_layer": 4}}},
+        "pipelines[0].decoder",
+        "decoder.params.num_layer: unknown field",
+    ),
+    ({"pipelines.0.preprocess": {"mean": [1, 2]}}, "pipelines[0].preprocess", "mean has 2 values but the input has 3"),
+    ({"pipelines.0.preprocess": {"std": [0]}}, "pipelines[0].preprocess.std", "std must not contain zero"),
+    (
+        {"pipelines.0.source": {"type": "v4l2", "device": 1.5}},
+        "pipelines[0].source.device",
+        "valid string; or Input should be a valid integer",
+    ),
+]
+
+
+@pytest.mark.parametrize(("changes", "field", "fragment"), CASES, ids=[c[1] + ":" + c[2][:30] for c in CASES])
+def test_broken_config_names_field_and_problem(
+    changes: dict[str, Any],
+    field: str,
+    fragment: str,
+    base_config: dict[str, Any],
+    write_config: Any,
+    tmp_path: Path,
+) -> None:
+    path = write_config(edit(base_config, changes))
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    with pytest.raises(ConfigFileError) as raised:
+        load_config(path, environ={"CREDENTIALS_DIRECTORY": str(credentials)})
+    matching = [
+        p for p in raised.value.problems if re.match(rf"{re.escape(str(path))}(:\d+)?: {re.escape(field)}: ", p)
+    ]
+    assert matching, f"no problem at {field}: {raised.value.problems}"
+    assert any(fragment in p for p in matching), matching
+    assert isinstance(raised.value, EdgeRuntimeError)
+
+
+def test_duplicate_pipeline_names_name_both_indices(base_config: dict[str, Any], write_config: Any) -> None:
+    second = {**base_config["pipelines"][0], "publish": {"qos": 0}}
+    base_config["pipelines"] += [{**second, "name": "other"}, second]
+    with pytest.raises(ConfigFileError) as raised:
+        load_config(write_config(base_config), environ={})
+    assert raised.value.problems == [
+        f"{raised.value.file}:4: pipelines: pipeline name 'faces' is used by pipelines[0] and pipelines[2]; "
+        "names must be unique"
+    ]
+
+
+def test_problems_carry_the_line_of_the_field(write_config: Any, face_package_dir: Path) -> None:
+    text = f"""device_id: box-1
+pipelines:
+  - name: faces
+    source:
+      type: file
+      path: a.mp4
+      pth: b.mp4
+    model:
+      path: {face_package_dir}
+    publish:
+      qos: 3
+"""
+    path = write_config(text)
+    with pytest.raises(ConfigFileError) as raised:
+        load_config(path, environ={})
+    assert raised.value.problems == [
+        f"{path}:7: pipelines[0].source.pth: unknown field; did you mean 'path'?",
+        f"{path}:11: pipelines[0].publish.qos: Input should be 0, 1 or 2",
+    ]
+
+
+def test_every_problem_is_reported_at_once(base_config: dict[str, Any], write_config: Any) -> None:
+    changes = {"device_id": "a b", "stats.interval_s": 0, "pipelines.0.publish.qos": 5}
+    with pytest.raises(ConfigFileError) as raised:
+        load_config(write_config(edit(base_config, changes)), environ={})
+    fields = [p.split(": ")[1] for p in raised.value.problems]
+    assert fields == ["device_id", "stats.interval_s", "pipelines[0].publish.qos"]
+    assert "(3 problems)" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("device_id: box\npipelines:\n  - name: a\n   source: {}\n", r":4: not valid YAML: .*column 4"),
+        ("device_id: box\nmqtt: {host: [a, b}\n", r":2: not valid YAML: "),
+        ("device_id: box\ndevice_id: other\n", r":2: device_id: duplicate key \(first given on line 1\)"),
+        ("device_id: !secret box\npipelines: []\n", r":1: device_id: could not determine a constructor"),
+        ("- device_id: box\n", r": \(top level\): expected a mapping of settings, found a list$"),
+        ("# nothing yet\n", r": \(top level\): expected a mapping of settings, found an empty file$"),
+        ("a: 1\n---\nb: 2\n", r":2: not valid YAML: but found another document"),
+    ],
+    ids=["indentation", "flow", "duplicate-key", "unknown-tag", "list", "empty", "two-documents"],
+)
+def test_files_that_are_not_a_yaml_mapping(text: str, expected: str, write_config: Any) -> None:
+    path = write_config(text)
+    with pytest.raises(ConfigFileError) as raised:
+        load_config(path, environ={})
+    assert any(re.search(re.escape(str(path)) + expected, p) for p in raised.value.problems), raised.value.problems
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigFileError) as raised:
+        load_config(tmp_path / "absent.yaml")
+    assert raised.value.problems == [f"{tmp_path / 'absent.yaml'}: cannot read: No such file or directory"]
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ConfigFileError, match="not a text file"):
+        load_config(tmp_path / "binary.yaml")

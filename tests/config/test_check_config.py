@@ -1,0 +1,41 @@
+"""`edge-runtime check-config FILE`: ok with a summary, or every problem and status 2."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edge_runtime.commands.check_config import run_check_config
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "config.example.yaml"
+
+
+def test_a_valid_config_is_summarised(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EDGE_DEVICE_ID", raising=False)
+    assert run_check_config(argparse.Namespace(file=EXAMPLE)) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{EXAMPLE}: ok (2 pipelines: entrance-faces, pump-vibration (disabled))\n"
+    assert err == ""
+
+
+def test_problems_are_listed_with_status_2(
+    base_config: dict[str, Any], write_config: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base_config["pipelines"][0]["publish"] = {"qos": 3, "min_score": 1.5}
+    path = write_config(base_config)
+    assert run_check_config(argparse.Namespace(file=path)) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        f"{path}:12: pipelines[0].publish.qos: Input should be 0, 1 or 2",
+        f"{path}:13: pipelines[0].publish.min_score: Input should be less than or equal to 1",
+        f"{path}: 2 problems",
+    ]
+
+
+def test_a_missing_file_is_a_problem_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_check_config(argparse.Namespace(file=tmp_path / "nope.yaml")) == 2
+    assert "nope.yaml: cannot read: No such file or directory" in capsys.readouterr().err
