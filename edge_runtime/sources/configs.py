@@ -28,6 +28,12 @@ class MotionGate(SourceConfig):
     enabled: bool = True
     threshold: int = Field(default=25, ge=1, le=255, description="per-pixel grey-level change that counts")
     min_area: float = Field(default=0.002, gt=0, le=1, description="fraction of the frame that must change")
+    keepalive_s: float | None = Field(
+        default=10.0,
+        gt=0,
+        description="let one frame through at least this often in a still scene, so results of a still "
+        "object stay fresh; null: only frames with motion (and the first) pass",
+    )
 
 
 class CameraConfig(SourceConfig):
@@ -107,7 +113,10 @@ class SerialSource(SensorConfig):
     type: Literal["serial"]
     port: str = Field(description="e.g. /dev/ttyUSB0")
     baudrate: int = Field(default=115200, gt=0)
-    separator: str = ","
+    separator: str = Field(
+        default=",", min_length=1, description="between the values of a line; ' ' for any whitespace"
+    )
+    reconnect: Reconnect = Field(default_factory=Reconnect)
 
 
 class ReplaySource(SensorConfig):

@@ -1,0 +1,195 @@
+"""What every image source shares: the capture thread, frame policies, rate limit and motion gate.
+
+The capture thread and the pipeline meet in a small buffer. With policy `latest` it holds one frame
+and a newer frame replaces an unread one, so a slow model always works on the present instead of
+on a queue of stale frames. With policy `every` it is a short queue whose producer waits when it is
+full: a video file is decoded exactly as fast as the model consumes it and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from abc import abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceContext
+from edge_runtime.sources.configs import CameraConfig
+from edge_runtime.sources.motion import MotionDetector
+
+log = logging.getLogger(__name__)
+
+EVERY_QUEUE_LENGTH = 4  # enough to hide decode jitter, small enough not to hold much memory
+_JOIN_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Captured:
+    image: np.ndarray
+    captured_at: float
+
+
+class FrameBuffer:
+    """A bounded FIFO between the capture thread and `read`; full means replace or wait."""
+
+    def __init__(self, capacity: int, replace_oldest: bool) -> None:
+        self.capacity = capacity
+        self.replace_oldest = replace_oldest
+        self._items: collections.deque[Captured] = collections.deque()
+        self._cond = threading.Condition()
+        self._finished = False
+        self._closed = False
+
+    def put(self, item: Captured) -> int:
+        """Add a frame; returns how many unread frames it replaced (0 or 1)."""
+        with self._cond:
+            replaced = 0
+            if self.replace_oldest:
+                if len(self._items) >= self.capacity:
+                    self._items.popleft()
+                    replaced = 1
+            else:
+                self._cond.wait_for(lambda: len(self._items) < self.capacity or self._closed)
+                if self._closed:
+                    return 0
+            self._items.append(item)
+            self._cond.notify_all()
+            return replaced
+
+    def get(self, timeout: float) -> Captured | None:
+        with self._cond:
+            self._cond.wait_for(lambda: bool(self._items) or self._finished or self._closed, timeout)
+            if self._items:
+                item = self._items.popleft()
+                self._cond.notify_all()
+                return item
+            if self._finished:
+                raise EndOfSource
+            return None
+
+    def finish(self) -> None:
+        """No more frames will come: `get` raises EndOfSource once the buffer is empty."""
+        with self._cond:
+            self._finished = True
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Release a producer waiting for room; frames put afterwards are discarded."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class RateLimiter:
+    """Lets frames through at most `max_fps` per second of the frames' own clock, on average."""
+
+    def __init__(self, max_fps: float) -> None:
+        self.interval = 1.0 / max_fps
+        self._due: float | None = None
+
+    def admit(self, now: float) -> bool:
+        if self._due is not None and now < self._due - 0.01 * self.interval:
+            return False
+        if self._due is None or now > self._due + self.interval:
+            self._due = now + self.interval  # after a gap, restart the schedule instead of bursting
+        else:
+            self._due += self.interval
+        return True
+
+
+class FrameSource(Source):
+    """Base of image sources: subclasses implement `_capture`, which calls `_admit` and `_offer`."""
+
+    config: CameraConfig
+
+    def __init__(self, config: CameraConfig, name: str, context: SourceContext | None = None) -> None:
+        super().__init__(config, name, context)
+        latest = config.policy == "latest"
+        self._buffer = FrameBuffer(1 if latest else EVERY_QUEUE_LENGTH, replace_oldest=latest)
+        self._rate = RateLimiter(config.max_fps) if config.max_fps else None
+        motion = config.motion
+        self._motion = MotionDetector(motion) if motion is not None and motion.enabled else None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_index = 0
+        self.frames_captured = 0  # frames grabbed from the input, delivered or not
+        self._join_timeout_s = _JOIN_TIMEOUT_S
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._prepare()
+        self._thread = threading.Thread(target=self._run, name=f"source-{self.name}", daemon=True)
+        self._thread.start()
+
+    def read(self, timeout: float) -> Frame | None:
+        self._watch()
+        captured = self._buffer.get(timeout)
+        if captured is None:
+            return None
+        frame = Frame(captured.image, self._next_index, captured.captured_at, self.name)
+        self._next_index += 1
+        with self.stats.lock:
+            self.stats.delivered += 1
+        return frame
+
+    def close(self) -> None:
+        self._stop.set()
+        self._buffer.close()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self._join_timeout_s)
+            if thread.is_alive():
+                log.warning("source %s: the capture thread did not stop within %.0f s", self.name, self._join_timeout_s)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _prepare(self) -> None:
+        """Check what can be checked before the thread starts; raise ConfigError for what is wrong."""
+
+    def _watch(self) -> None:
+        """Called on every `read`: a place for checks that must not wait for the capture thread."""
+
+    @abstractmethod
+    def _capture(self) -> None:
+        """Produce frames until the input ends or `stopping`; runs on the capture thread."""
+
+    def _run(self) -> None:
+        try:
+            self._capture()
+        except Exception as error:
+            log.exception("source %s: capture failed", self.name)
+            with self.stats.lock:
+                self.stats.last_error = f"capture failed: {error}"
+                self.stats.connected = False
+        finally:
+            self._buffer.finish()
+
+    def _admit(self, frame_time: float) -> bool:
+        """Count a grabbed frame and apply `max_fps`, before the frame is decoded; `frame_time` in s."""
+        self.frames_captured += 1
+        if self._rate is None or self._rate.admit(frame_time):
+            return True
+        self._count_dropped()
+        return False
+
+    def _offer(self, image: np.ndarray, captured_at: float, frame_time: float) -> None:
+        """Hand an admitted frame to the reader, unless the motion gate holds it back."""
+        if self._motion is not None and not self._motion.passes(image, frame_time):
+            self._count_dropped()
+            return
+        if self._buffer.put(Captured(image, captured_at)):
+            self._count_dropped()
+
+    def _count_dropped(self) -> None:
+        with self.stats.lock:
+            self.stats.dropped += 1
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep unless closed meanwhile; returns True if the source is stopping."""
+        return self._stop.wait(seconds) if seconds > 0 else self._stop.is_set()
