@@ -4,8 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SYSTEM_STAMP := $(VENV)/.system-packages-stamp
-# What the tests run for real: a Mosquitto broker, ffmpeg serving RTSP, systemd-analyze for the unit file.
-SYSTEM_PACKAGES := mosquitto ffmpeg systemd
+# What the tests run for real: a Mosquitto broker, ffmpeg serving streams, systemd-analyze for the unit file,
+# openssl for the test certificates.
+SYSTEM_PACKAGES := mosquitto ffmpeg systemd openssl
 
 .PHONY: demo test lint typecheck unit bench clean
 
@@ -17,8 +18,9 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 demo: $(STAMP)
+	@./scripts/ensure-system-packages.sh mosquitto || echo "(no broker installed: the demo runs locally)"
 	$(BIN)/edge-runtime probe --model samples/models/face_detection_short_range
-	$(BIN)/edge-runtime bench samples/models/face_detection_short_range --seconds 3 --compare
+	$(BIN)/python scripts/demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", type=Path, default=Path("/etc/edge-runtime/config.yaml"), help="config file")
     run.add_argument("--root", type=Path, default=Path("/"), help="read hardware facts below this directory")
     run.add_argument("--profiles", type=Path, action="append", default=[], help="extra device profile directory")
+    run.add_argument(
+        "--exit-when-done", action="store_true", help="stop once every source has ended (files played once)"
+    )
     return parser
 
 

@@ -18,10 +18,13 @@ import numpy as np
 
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.errors import FidelityError
-from edge_runtime.model import LoadedModel
+from edge_runtime.model import LoadedModel, load_model
+from edge_runtime.package.loader import ModelPackage
+from edge_runtime.package.manifest import ModelFormat, Precision
 from edge_runtime.preprocess import ImagePreprocessor
 
 DEFAULT_TOLERANCE = 0.02  # of the reference output's value range
+REFERENCE_BACKEND = {ModelFormat.OPENVINO: "openvino", ModelFormat.TFLITE: "litert", ModelFormat.ONNX: "onnxruntime"}
 
 
 @dataclass(frozen=True)
@@ -146,3 +149,20 @@ def _match_outputs(reference: list[str], candidate: list[str]) -> list[int]:
     if sorted(reference) == sorted(candidate):
         return [candidate.index(name) for name in reference]
     return list(range(len(reference)))
+
+
+def load_reference(
+    package: ModelPackage, variant_id: str | None, cache: dict[str, LoadedModel] | None = None
+) -> LoadedModel:
+    """The fp32 variant on the CPU at explicit fp32, of the candidate's own format where the package has one."""
+    variants = package.manifest.variants
+    fp32 = [vid for vid, v in variants.items() if v.precision is Precision.FP32 and v.target is None]
+    if not fp32:
+        raise FidelityError(f"model {package.name} has no fp32 variant to compare against")
+    own_format = variant_id.split("/")[0] if variant_id else ""
+    reference_id = next((vid for vid in fp32 if vid.startswith(own_format + "/")), fp32[0])
+    cache = {} if cache is None else cache
+    if reference_id not in cache:
+        backend = REFERENCE_BACKEND[variants[reference_id].format]
+        cache[reference_id] = load_model(package, reference_id, backend, {"device": "CPU", "precision": "fp32"})
+    return cache[reference_id]

@@ -73,6 +73,7 @@ class Pipeline:
         sink: ResultSink,
         max_in_flight: int | None = None,
         on_progress: Callable[[str], None] | None = None,
+        on_waiting: Callable[[str, str], None] | None = None,
     ) -> None:
         self.name = name
         self.device_id = device_id
@@ -84,6 +85,7 @@ class Pipeline:
         self.stats = PipelineStats(name)
         self.finished = threading.Event()
         self._on_progress = on_progress or (lambda _name: None)
+        self._on_waiting = on_waiting or (lambda _name, _reason: None)
         self._topic = result_topic(topic_prefix, device_id, name)
         self._snapshot_topic = f"{topic_prefix}/{device_id}/{name}/snapshot"
         self._mask_topic = f"{topic_prefix}/{device_id}/{name}/mask"
@@ -134,6 +136,10 @@ class Pipeline:
                     log.info("pipeline %s: source %s finished", self.name, self.source.name)
                     break
                 if item is None:
+                    stats = self.source.stats
+                    self._on_waiting(
+                        self.name, "input" if stats.connected else f"source: {stats.last_error or 'connecting'}"
+                    )
                     continue
                 started = time.perf_counter()
                 data = item.image if isinstance(item, Frame) else item.samples

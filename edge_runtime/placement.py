@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.hardware import detect
@@ -50,21 +51,50 @@ def select_for(
     return select(package, box.hardware, profile=box.match.profile, overrides=overrides, stored=stored)
 
 
-def load_candidate(package: ModelPackage, candidate: Candidate) -> LoadedModel:
+def load_candidate(
+    package: ModelPackage, candidate: Candidate, extra_options: Mapping[str, Any] | None = None
+) -> LoadedModel:
+    """Load a candidate; `extra_options` (threads, hint, cache_dir...) override the profile's where not None."""
     if candidate.variant_id is None:
         raise EdgeRuntimeError(f"{candidate.choice.label()} has no variant to load: {candidate.reason}")
-    return load_model(package, candidate.variant_id, candidate.choice.backend, candidate.backend_options())
+    extra = {key: value for key, value in (extra_options or {}).items() if value is not None}
+    options = candidate.backend_options() | extra
+    return load_model(package, candidate.variant_id, candidate.choice.backend, options)
 
 
-def load_selected(package: ModelPackage, selection: Selection) -> tuple[LoadedModel, Candidate]:
-    """Load the chosen candidate, moving down the runnable ones when a load fails."""
+def load_selected(
+    package: ModelPackage,
+    selection: Selection,
+    extra_options: Mapping[str, Any] | None = None,
+    fidelity_tolerance: float | None = None,
+) -> tuple[LoadedModel, Candidate]:
+    """Load the chosen candidate, moving down the runnable ones when a load (or the fidelity check) fails."""
     failures = []
     for candidate in selection.runnable():
         try:
-            return load_candidate(package, candidate), candidate
+            model = load_candidate(package, candidate, extra_options)
+            if fidelity_tolerance is not None:
+                _check_fidelity(package, model, fidelity_tolerance)
+            return model, candidate
         except EdgeRuntimeError as error:
             log.warning("%s could not load %s: %s", candidate.choice.label(), package.name, error)
             failures.append(f"{candidate.choice.label()}: {error}")
     if not failures:
         raise EdgeRuntimeError(f"nothing can run model {package.name} on this box:\n{selection.explain()}")
     raise EdgeRuntimeError(f"every runnable choice failed to load model {package.name}:\n  " + "\n  ".join(failures))
+
+
+def _check_fidelity(package: ModelPackage, model: LoadedModel, tolerance: float) -> None:
+    from edge_runtime.fidelity import compare, load_reference
+
+    reference = load_reference(package, model.variant_id)
+    try:
+        report = compare(model, reference, tolerance=tolerance)
+    finally:
+        reference.close()
+    try:
+        report.raise_if_failed()
+    except EdgeRuntimeError:
+        model.close()
+        raise
+    log.info("%s matches the fp32 reference within %.2g%% of its output range", model.label, 100 * report.max_rel_error)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import cv2
+import numpy as np
 import openvino as ov
 
 from edge_runtime.package.manifest import DecoderSpec, InputSpec, ModelFormat, Precision, Task
@@ -122,6 +123,22 @@ def build_mediapipe_detector(wheel: Path, name: str, spec: dict[str, Any]) -> No
     )
 
 
+def build_clip(photo: Path, frames: int = 60, fps: float = 10.0) -> None:
+    """A short 640x480 clip of the photo panning slowly, for the demo and the daemon's file source."""
+    image = cv2.imread(str(photo), cv2.IMREAD_COLOR)
+    head = cv2.resize(image[0:320, 70:390], (400, 400))
+    (SAMPLES / "videos").mkdir(exist_ok=True)
+    writer = cv2.VideoWriter(
+        str(SAMPLES / "videos" / "astronaut.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), fps, (640, 480)
+    )
+    for index in range(frames):
+        canvas = np.full((480, 640, 3), 32, np.uint8)
+        x = 20 + round(100 * np.sin(index / frames * 2 * np.pi) + 100)
+        canvas[40:440, x : x + 400] = head
+        writer.write(canvas)
+    writer.release()
+
+
 def build_images(work: Path) -> None:
     wheel = fetch_wheel("scikit-image==0.26.0", work / "skimage")
     with zipfile.ZipFile(wheel) as archive:
@@ -137,3 +154,4 @@ if __name__ == "__main__":
         for name, spec in MEDIAPIPE_DETECTORS.items():
             build_mediapipe_detector(mediapipe, name, spec)
         build_images(Path(tmp))
+    build_clip(SAMPLES / "images" / "astronaut.jpg")

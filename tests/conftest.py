@@ -43,3 +43,15 @@ def tiny_openvino(tiny_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
+
+
+from collections.abc import Iterator  # noqa: E402
+
+from broker import Mosquitto  # noqa: E402
+
+
+@pytest.fixture
+def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
+    """A real Mosquitto broker on free loopback ports (anonymous, no persistence), stopped after the test."""
+    with Mosquitto(tmp_path / "broker") as broker:
+        yield broker

@@ -28,9 +28,11 @@ def test_pretrained_face_detector_through_every_backend(
     manifest = package.manifest
     assert manifest.decoder is not None
     tensor, transform = ImagePreprocessor(model.input_specs[0], model.inputs[0])(astronaut_bgr)
-    faces = make_decoder(manifest.decoder.name, manifest.decoder.params, manifest.labels).decode(
-        model.infer([tensor]), model.outputs, transform
-    ).detections
+    faces = (
+        make_decoder(manifest.decoder.name, manifest.decoder.params, manifest.labels)
+        .decode(model.infer([tensor]), model.outputs, transform)
+        .detections
+    )
     model.close()
     assert [f.label for f in faces] == ["face"]
     x0, y0, x1, y1 = faces[0].box

@@ -18,16 +18,13 @@ from typing import Any
 from edge_runtime.backends.base import RunsOn
 from edge_runtime.benchmark import Measurement, Progress, bench_feed, measure_latency, measure_throughput
 from edge_runtime.errors import EdgeRuntimeError
-from edge_runtime.fidelity import DEFAULT_TOLERANCE, FidelityReport, compare
+from edge_runtime.fidelity import DEFAULT_TOLERANCE, FidelityReport, compare, load_reference
 from edge_runtime.hardware.facts import Hardware
-from edge_runtime.model import LoadedModel, load_model
+from edge_runtime.model import LoadedModel
 from edge_runtime.package.loader import ModelPackage, open_package
-from edge_runtime.package.manifest import ModelFormat, Precision
 from edge_runtime.placement import Box, default_state_dir, load_candidate, look_at_box, select_for
 from edge_runtime.profiles import BACKEND_FORMATS, Choice, DeviceProfile
 from edge_runtime.selection import Candidate, Overrides, model_key, select, store_choice
-
-REFERENCE_BACKEND = {ModelFormat.OPENVINO: "openvino", ModelFormat.TFLITE: "litert", ModelFormat.ONNX: "onnxruntime"}
 
 
 @dataclass
@@ -144,7 +141,7 @@ def measure_all(
             try:
                 measure_one(package, result, args, progress)
                 if check and result.model is not None:
-                    reference = _reference(package, candidate, references)
+                    reference = load_reference(package, candidate.variant_id, references)
                     result.fidelity = compare(result.model, reference, tolerance=tolerance)
             except EdgeRuntimeError as error:
                 result.error = str(error)
@@ -172,20 +169,6 @@ def measure_one(package: ModelPackage, result: ChoiceResult, args: argparse.Name
     latency = measure_latency(model, feed, args.seconds, progress=progress)
     throughput = measure_throughput(model, feed, args.seconds, progress=progress)
     result.measurement = Measurement(latency, throughput)
-
-
-def _reference(package: ModelPackage, candidate: Candidate, cache: dict[str, LoadedModel]) -> LoadedModel:
-    """The fp32 variant on the CPU at explicit fp32, of the candidate's own format where the package has one."""
-    variants = package.manifest.variants
-    fp32 = [vid for vid, v in variants.items() if v.precision is Precision.FP32 and v.target is None]
-    if not fp32:
-        raise EdgeRuntimeError(f"model {package.name} has no fp32 variant to compare against")
-    own_format = candidate.variant_id.split("/")[0] if candidate.variant_id else ""
-    variant_id = next((vid for vid in fp32 if vid.startswith(own_format + "/")), fp32[0])
-    if variant_id not in cache:
-        backend = REFERENCE_BACKEND[variants[variant_id].format]
-        cache[variant_id] = load_model(package, variant_id, backend, {"device": "CPU", "precision": "fp32"})
-    return cache[variant_id]
 
 
 def store_fastest(

@@ -45,6 +45,10 @@ class MqttSettings(_Strict):
     username: str | None = None
     password: SecretStr | None = None
     keepalive_s: int = Field(default=30, ge=5)
+    session_expiry_s: int = Field(
+        default=24 * 3600, ge=0, description="MQTT 5: how long the broker keeps our session (subscriptions) offline"
+    )
+    reconnect_max_s: int = Field(default=60, ge=1, description="longest wait between reconnect attempts")
     tls: TlsSettings | None = None
     topic_prefix: str = Field(default="edge", pattern=r"^[^#+]+$")
     spool: SpoolSettings = Field(default_factory=SpoolSettings)

@@ -1,0 +1,261 @@
+"""`edge-runtime run`: the service. Pipelines from sources to MQTT, supervised for systemd.
+
+Start-up order matters for a box nobody can reach: the spool opens first (so nothing produced from
+then on can be lost), the broker connection starts in the background (an unreachable broker must not
+keep the service from running), models load, pipelines start, and only then READY=1 is sent. SIGHUP
+reloads the config and restarts only the pipelines that changed; SIGTERM stops the sources, lets
+what is in flight finish into the spool, and exits within the stop timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import logging
+import signal
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from edge_runtime.config import DaemonConfig, PipelineConfig, diff_pipelines, load_config
+from edge_runtime.decoders import make_decoder
+from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.model import LoadedModel
+from edge_runtime.model_pool import ModelPool
+from edge_runtime.mqtt.connection import MqttConnection
+from edge_runtime.mqtt.publisher import Publisher
+from edge_runtime.mqtt.spool import Spool
+from edge_runtime.pipeline import Pipeline, PublishPolicy
+from edge_runtime.placement import Box, look_at_box
+from edge_runtime.service.notify import SystemdNotifier
+from edge_runtime.service.watchdog import ProgressWatchdog
+from edge_runtime.sources import make_source
+from edge_runtime.sources.base import SourceContext
+from edge_runtime.sources.reconnect import mask_url
+from edge_runtime.stats import RateMeter, snapshot_dict
+
+log = logging.getLogger("edge_runtime")
+
+CONNECT_WAIT_S = 5.0  # READY=1 is sent after this even without a broker: results spool meanwhile
+STOP_BUDGET_S = 20.0  # within the unit's TimeoutStopSec=30
+
+
+def run_daemon(args: argparse.Namespace) -> int:
+    faulthandler.enable(all_threads=True)  # a watchdog abort then leaves every thread's stack in the journal
+    config = load_config(args.config)
+    logging.getLogger().setLevel(config.log_level.upper())
+    daemon = Daemon(config, args.config, look_at_box(args.root, args.profiles), exit_when_done=args.exit_when_done)
+    return daemon.run()
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig, config_path: Path, box: Box, exit_when_done: bool = False) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.box = box
+        self.exit_when_done = exit_when_done
+        self.notifier = SystemdNotifier()
+        self.pipelines: dict[str, Pipeline] = {}
+        self._models: dict[str, LoadedModel] = {}
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self._meter = RateMeter()
+        self._started = time.monotonic()
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.spool = Spool.from_settings(config.mqtt.spool, config.state_dir / "spool.sqlite")
+        self.connection = MqttConnection(config.mqtt, config.device_id)
+        self.publisher = Publisher(self.connection, self.spool, config.mqtt.spool)
+        self.model_pool = ModelPool(box, config.state_dir, config.cache_dir)
+        self.watchdog = ProgressWatchdog(self.notifier)
+
+    def run(self) -> int:
+        self._install_signal_handlers()
+        self.publisher.start()
+        self.connection.start()
+        self.notifier.status("loading models")
+        try:
+            for pipeline_config in self.config.enabled_pipelines:
+                self._start_pipeline(pipeline_config)
+            connected = self.connection.wait_connected(CONNECT_WAIT_S)
+            mode = "connected to the broker" if connected else "broker unreachable, spooling results"
+            self.notifier.ready(f"{len(self.pipelines)} pipelines running, {mode}")
+            log.info("edge-runtime ready: %s, %s", ", ".join(self.pipelines) or "no pipelines", mode)
+            self.watchdog.start()
+            self._supervise()
+        finally:
+            self._shut_down()
+        return 0
+
+    def _install_signal_handlers(self) -> None:
+        def stop(signum: int, _frame: FrameType | None) -> None:
+            log.info("received %s, stopping", signal.Signals(signum).name)
+            self._stop.set()
+
+        def reload(_signum: int, _frame: FrameType | None) -> None:
+            self._reload.set()
+            self._stop_waiting.set()
+
+        self._stop_waiting = threading.Event()
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGHUP, reload)
+
+    def _supervise(self) -> None:
+        next_stats = time.monotonic() + self.config.stats.interval_s
+        while not self._stop.is_set():
+            self._stop.wait(min(0.5, max(0.0, next_stats - time.monotonic())))
+            if self._reload.is_set():
+                self._reload.clear()
+                self._apply_reload()
+            if time.monotonic() >= next_stats:
+                self._publish_stats()
+                next_stats = time.monotonic() + self.config.stats.interval_s
+            if self.exit_when_done and self.pipelines and all(p.finished.is_set() for p in self.pipelines.values()):
+                log.info("every source has ended; stopping")
+                break
+
+    # -- pipelines ---------------------------------------------------------------------------------
+
+    def _start_pipeline(self, pipeline_config: PipelineConfig) -> None:
+        name = pipeline_config.name
+        self.notifier.extend_timeout(120)  # a first NPU or GPU compile can take minutes
+        model = self.model_pool.acquire(name, pipeline_config.model, self.config_path)
+        manifest = model.package.manifest
+        decoder_spec = (
+            pipeline_config.decoder.applied_to(manifest.decoder) if pipeline_config.decoder else manifest.decoder
+        )
+        decoder = make_decoder(decoder_spec.name, decoder_spec.params, manifest.labels) if decoder_spec else None
+        input_spec = model.input_specs[0]
+        if pipeline_config.preprocess is not None:
+            input_spec = pipeline_config.preprocess.applied_to(input_spec)
+        source = make_source(pipeline_config.source, _describe_source(pipeline_config), self._source_context())
+        publish = pipeline_config.publish
+        snapshot = publish.snapshot
+        policy = PublishPolicy(
+            qos=publish.qos,
+            retain=publish.retain,
+            only_on_change=publish.only_on_change,
+            min_score=publish.min_score,
+            snapshot_interval_s=1.0 / snapshot.max_rate_hz if snapshot.enabled else None,
+            jpeg_quality=snapshot.jpeg_quality,
+        )
+        pipeline = Pipeline(
+            name=name,
+            device_id=self.config.device_id,
+            topic_prefix=self.config.mqtt.topic_prefix,
+            source=source,
+            model=model,
+            decoder=decoder or make_decoder("raw", {}),
+            input_spec=input_spec,
+            policy=policy,
+            sink=self.publisher,
+            max_in_flight=pipeline_config.model.max_in_flight,
+            on_progress=self.watchdog.beat,
+            on_waiting=self.watchdog.waiting,
+        )
+        self.watchdog.register(name)
+        pipeline.start()
+        self.pipelines[name] = pipeline
+        runs_on = model.backend.runs_on
+        log.info(
+            "pipeline %s: %s on %s %s (%s, %s), variant %s",
+            name,
+            source.name,
+            runs_on.backend,
+            runs_on.device,
+            runs_on.device_name,
+            runs_on.precision,
+            model.variant_id,
+        )
+
+    def _stop_pipeline(self, name: str, timeout: float) -> None:
+        pipeline = self.pipelines.pop(name)
+        pipeline.stop(timeout)
+        self.watchdog.unregister(name)
+        self.model_pool.release(name)
+
+    def _source_context(self) -> SourceContext:
+        return SourceContext(subscribe=self.connection.subscribe)
+
+    # -- reload, stats, shutdown -------------------------------------------------------------------
+
+    def _apply_reload(self) -> None:
+        self.notifier.reloading()
+        try:
+            new = load_config(self.config_path)
+        except EdgeRuntimeError as error:
+            log.error("reload refused, keeping the running config: %s", error)
+            self.notifier.ready("reload refused: config invalid")
+            return
+        diff = diff_pipelines(self.config, new)
+        if diff.restart_all:
+            log.warning("reload: device id, broker or directories changed; restart the service to apply them")
+        for name in (*diff.removed, *diff.changed):
+            self._stop_pipeline(name, timeout=5.0)
+        self.config = new
+        for name in (*diff.added, *diff.changed):
+            self._start_pipeline(new.pipeline(name))
+        log.info("reloaded: added %s, changed %s, removed %s", diff.added, diff.changed, diff.removed)
+        self.notifier.ready(f"{len(self.pipelines)} pipelines running")
+
+    def report(self) -> dict[str, Any]:
+        pipelines = {}
+        for name, pipeline in self.pipelines.items():
+            source = pipeline.source.stats
+            figures = snapshot_dict(pipeline.stats, self._meter, source.delivered, source.dropped)
+            runs_on = pipeline.model.backend.runs_on
+            figures["runtime"] = {"backend": runs_on.backend, "device": runs_on.device, "precision": runs_on.precision}
+            figures["source"] = {
+                "connected": source.connected,
+                "reconnects": source.reconnects,
+                "outages": source.outages,
+                "malformed": source.malformed,
+            }
+            pipelines[name] = figures
+        publisher = self.publisher.stats()
+        mqtt = asdict(publisher) | {"spool_depth": publisher.spool_messages}
+        mqtt["dropped"] = publisher.dropped_full + publisher.dropped_age
+        uptime = round(time.monotonic() - self._started, 1)
+        return {"device_id": self.config.device_id, "uptime_s": uptime, "pipelines": pipelines, "mqtt": mqtt}
+
+    def _publish_stats(self) -> None:
+        report = self.report()
+        topic = f"{self.config.mqtt.topic_prefix}/{self.config.device_id}/stats"
+        self.publisher.publish(topic, json.dumps(report).encode(), qos=0)
+        for name, figures in report["pipelines"].items():
+            infer = figures["latency_ms"].get("infer", {})
+            log.info(
+                "stats %s: %.1f fps in, %.1f out, %d dropped, infer p50 %s ms, spool %d",
+                name,
+                figures["fps_in"],
+                figures["fps_out"],
+                figures["dropped"],
+                infer.get("p50", "-"),
+                report["mqtt"]["spool_depth"],
+            )
+
+    def _shut_down(self) -> None:
+        self.notifier.stopping()
+        self.watchdog.stop()
+        deadline = time.monotonic() + STOP_BUDGET_S
+        for name in list(self.pipelines):
+            self._stop_pipeline(name, timeout=max(1.0, (deadline - time.monotonic()) / 2))
+        self.publisher.close(timeout=max(0.5, deadline - time.monotonic()))
+        self.connection.stop()
+        self.spool.close()
+        self.model_pool.close()
+        log.info("edge-runtime stopped")
+
+
+def _describe_source(pipeline_config: PipelineConfig) -> str:
+    source = pipeline_config.source
+    for field in ("url", "device", "path", "port"):
+        value = getattr(source, field, None)
+        if value is not None:
+            return f"{source.type}:{mask_url(str(value))}"
+    topics = getattr(source, "topics", None)
+    return f"{source.type}:{','.join(topics)}" if topics else source.type

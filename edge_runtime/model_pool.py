@@ -1,0 +1,70 @@
+"""Loaded models shared between pipelines.
+
+Several cameras watching with the same model on the same settings share one loaded model (one
+compiled network, one set of weights in memory); each pipeline still gets its own async runner.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edge_runtime.config import ModelConfig
+from edge_runtime.model import LoadedModel
+from edge_runtime.package.loader import open_package
+from edge_runtime.placement import Box, load_selected, select_for
+from edge_runtime.selection import Overrides
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Shared:
+    model: LoadedModel
+    users: set[str] = field(default_factory=set)
+
+
+class ModelPool:
+    def __init__(self, box: Box, state_dir: Path, cache_dir: Path) -> None:
+        self.box = box
+        self.state_dir = state_dir
+        self.cache_dir = cache_dir
+        self._models: dict[str, _Shared] = {}
+        self._user_key: dict[str, str] = {}
+
+    def acquire(self, user: str, config: ModelConfig, config_file: Path) -> LoadedModel:
+        """The model for `user` (a pipeline name), loaded once per distinct model and settings."""
+        path = config.path if config.path.is_absolute() else config_file.parent / config.path
+        key = f"{path.resolve()}|{config.model_dump_json(exclude={'path', 'max_in_flight'})}"
+        shared = self._models.get(key)
+        if shared is None:
+            shared = _Shared(self._load(path, config))
+            self._models[key] = shared
+        else:
+            log.info("pipeline %s shares the model loaded for %s", user, ", ".join(sorted(shared.users)))
+        shared.users.add(user)
+        self._user_key[user] = key
+        return shared.model
+
+    def release(self, user: str) -> None:
+        key = self._user_key.pop(user, None)
+        shared = self._models.get(key) if key else None
+        if shared is None or key is None:
+            return
+        shared.users.discard(user)
+        if not shared.users:
+            shared.model.close()
+            del self._models[key]
+
+    def close(self) -> None:
+        for user in list(self._user_key):
+            self.release(user)
+
+    def _load(self, path: Path, config: ModelConfig) -> LoadedModel:
+        package = open_package(path)
+        overrides = Overrides(config.backend, config.device, config.precision, config.variant)
+        selection = select_for(package, self.box, overrides, self.state_dir)
+        extra = {"threads": config.threads, "hint": config.hint, "cache_dir": str(self.cache_dir)}
+        model, _ = load_selected(package, selection, extra, config.fidelity_tolerance)
+        return model

@@ -1,0 +1,312 @@
+"""The daemon's one broker connection: a typed wrapper over a paho-mqtt 2.x client.
+
+paho runs the network loop in its own thread and reconnects by itself with an exponential backoff; this
+class adds what a long-running device needs around it: a stable client id with a persistent session, a
+retained birth/will pair on `<prefix>/<device id>/status`, subscriptions that come back after the broker
+restarts, counters for the stats topic, and errors that say which file or credential is wrong without
+ever writing the password anywhere.
+
+paho keeps unacknowledged messages in memory and re-sends all of them at once after a reconnect, ignoring
+its in-flight limit. This connection drops that queue at every connect instead: delivery guarantees
+belong to `Publisher`, which keeps every QoS >= 1 message in its spool until the broker acknowledges it
+and paces the re-sends itself. A QoS >= 1 message sent with `publish` directly and not acknowledged before
+a disconnect is therefore forgotten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import ssl
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from paho.mqtt.client import (
+    Client,
+    ConnectFlags,
+    DisconnectFlags,
+    MQTTMessage,
+    MQTTMessageInfo,
+)
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+from edge_runtime.errors import ConfigError
+from edge_runtime.mqtt.settings import MqttSettings, TlsSettings
+
+log = logging.getLogger(__name__)
+PAHO_LOGGER = "edge_runtime.mqtt.paho"
+
+MessageHandler = Callable[[str, bytes], None]
+AckHandler = Callable[[int, bool], None]  # message id, and False when the broker refused the message (MQTT 5)
+ConnectListener = Callable[[int], None]  # the new connect_count; called in paho's thread before `connected` is set
+
+
+class MqttConnection:
+    """One paho client, connected in the background and reconnected after every outage."""
+
+    def __init__(self, settings: MqttSettings, device_id: str, *, reconnect_min_s: int = 1) -> None:
+        self.settings = settings
+        self.device_id = device_id
+        self.client_id = settings.client_id or device_id
+        self.status_topic = f"{settings.topic_prefix}/{device_id}/status"
+        self.connected = False
+        self.connect_count = 0  # successful connects; a change tells the publisher a new session began
+        self.reconnects = 0
+        self.last_error = ""
+        self.receive_maximum: int | None = None  # MQTT 5: how many unacknowledged messages the broker accepts
+        self._reconnect_min_s = reconnect_min_s
+        self._ack_handler: AckHandler | None = None
+        self._connect_listeners: list[ConnectListener] = []
+        self._subscriptions: dict[str, tuple[int, MessageHandler]] = {}
+        self._lock = threading.Lock()
+        self._connected_event = threading.Event()
+        self._started = False
+        self._stopping = False
+        self._paho_logger = logging.getLogger(f"{PAHO_LOGGER}.{self.client_id}")
+        self._paho_errors = _PahoErrors()
+        self._client = self._make_client()
+
+    # -- setup -------------------------------------------------------------------------------------
+
+    def _make_client(self) -> Client:
+        settings = self.settings
+        v5 = settings.protocol == "5"
+        client = Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            clean_session=None if v5 else False,
+            protocol=MQTTProtocolVersion.MQTTv5 if v5 else MQTTProtocolVersion.MQTTv311,
+        )
+        client.enable_logger(self._paho_logger)
+        client.suppress_exceptions = True  # a failing callback is logged; it must not end the network thread
+        if settings.username is not None:
+            password = settings.password.get_secret_value() if settings.password else None
+            client.username_pw_set(settings.username, password)
+        client.will_set(self.status_topic, b"offline", qos=1, retain=True)
+        if settings.tls is not None:
+            _configure_tls(client, settings.tls)
+        client.reconnect_delay_set(self._reconnect_min_s, max(self._reconnect_min_s, settings.reconnect_max_s))
+        client.max_inflight_messages_set(0)  # the publisher keeps the window; paho must not queue behind it
+        client.on_connect = self._on_connect
+        client.on_connect_fail = self._on_connect_fail
+        client.on_disconnect = self._on_disconnect
+        client.on_publish = self._on_publish
+        return client
+
+    def set_ack_handler(self, handler: AckHandler | None) -> None:
+        """Called from paho's thread with each message id the broker acknowledged (PUBACK/PUBCOMP)."""
+        self._ack_handler = handler
+
+    def add_connect_listener(self, listener: ConnectListener) -> None:
+        """Be told of each new session at its very start, before anything can be published on it."""
+        self._connect_listeners.append(listener)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start connecting in the background; returns at once, an unreachable broker is retried."""
+        if self._started:
+            return
+        self._started = True
+        self._stopping = False
+        self._paho_logger.addFilter(self._paho_errors)
+        settings = self.settings
+        if settings.protocol == "5":
+            properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            properties.SessionExpiryInterval = settings.session_expiry_s
+            self._client.connect_async(
+                settings.host,
+                settings.effective_port,
+                keepalive=settings.keepalive_s,
+                clean_start=False,
+                properties=properties,
+            )
+        else:
+            self._client.connect_async(settings.host, settings.effective_port, keepalive=settings.keepalive_s)
+        self._client.loop_start()
+
+    def wait_connected(self, timeout: float) -> bool:
+        return self._connected_event.wait(timeout)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Say "offline" (retained) ourselves, since the broker sends no will after a clean disconnect."""
+        if not self._started:
+            return
+        self._stopping = True
+        if self.connected:
+            info = self._client.publish(self.status_topic, b"offline", qos=1, retain=True)
+            _wait_quietly(info, timeout)
+        self._client.disconnect()
+        self._client.loop_stop()
+        self._paho_logger.removeFilter(self._paho_errors)
+        self._started = False
+        self.connected = False
+
+    # -- traffic -----------------------------------------------------------------------------------
+
+    def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> int | None:
+        """Hand a message to paho without blocking: its id, or None if it was not taken (not connected)."""
+        if not self.connected:
+            return None
+        try:
+            info = self._client.publish(topic, payload, qos=qos, retain=retain)
+        except ValueError as err:
+            raise ConfigError(f"cannot publish to MQTT topic {topic!r}: {err}") from err
+        if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS:
+            return info.mid
+        if info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN and qos > 0:
+            return info.mid  # the connection dropped just now: paho took it, and drops it at the next connect
+        return None
+
+    def subscribe(self, topic: str, qos: int, handler: MessageHandler) -> None:
+        """Deliver messages on `topic` to `handler(topic, payload)`, also after every reconnect."""
+        with self._lock:
+            self._subscriptions[topic] = (qos, handler)
+        self._client.message_callback_add(topic, _dispatcher(topic, handler))
+        if self.connected:
+            self._client.subscribe(topic, qos)
+
+    # -- paho callbacks (paho's network thread) ------------------------------------------------------
+
+    def _on_connect(
+        self, client: Client, userdata: Any, flags: ConnectFlags, reason: ReasonCode, properties: Properties | None
+    ) -> None:
+        if reason.is_failure:
+            self.last_error = f"broker {self._address} refused the connection: {reason}"
+            log.warning("MQTT: %s", self.last_error)
+            return
+        client.drop_out_messages()  # the publisher re-sends from its spool, at its own pace
+        self.receive_maximum = getattr(properties, "ReceiveMaximum", None)
+        with self._lock:
+            if self.connect_count:
+                self.reconnects += 1
+            self.connect_count += 1
+            subscriptions = list(self._subscriptions.items())
+        for listener in self._connect_listeners:
+            listener(self.connect_count)
+        self.connected = True  # after connect_count: a reader that sees True also sees the new session
+        self.last_error = self._paho_errors.last = ""
+        client.publish(self.status_topic, b"online", qos=1, retain=True)
+        for topic, (qos, _handler) in subscriptions:
+            client.subscribe(topic, qos)
+        self._connected_event.set()
+        log.info(
+            "MQTT: connected to %s as %s (session present: %s)", self._address, self.client_id, flags.session_present
+        )
+
+    def _on_connect_fail(self, client: Client, userdata: Any) -> None:
+        # paho calls this inside its `except OSError` block, so the cause is still at hand.
+        error = sys.exc_info()[1]
+        self.last_error = self._describe_failure(error)
+        log.warning("MQTT: %s; retrying", self.last_error)
+
+    def _on_disconnect(
+        self,
+        client: Client,
+        userdata: Any,
+        flags: DisconnectFlags,
+        reason: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
+        was_connected = self.connected
+        self.connected = False
+        self._connected_event.clear()
+        if self._stopping:
+            return
+        cause, self._paho_errors.last = self._paho_errors.last or str(reason), ""
+        if was_connected:
+            self.last_error = f"connection to {self._address} lost: {cause}"
+        elif self.last_error.startswith(f"broker {self._address} refused"):
+            return  # said already, with the broker's reason
+        else:  # e.g. a TLS 1.3 broker that wanted a client certificate says so only after the handshake
+            self.last_error = f"broker {self._address} closed the connection before accepting it: {cause}"
+        log.warning("MQTT: %s; reconnecting", self.last_error)
+
+    def _on_publish(
+        self, client: Client, userdata: Any, mid: int, reason: ReasonCode, properties: Properties | None
+    ) -> None:
+        handler = self._ack_handler
+        if handler is not None:
+            handler(mid, not reason.is_failure)
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    @property
+    def _address(self) -> str:
+        return f"{self.settings.host}:{self.settings.effective_port}"
+
+    def _describe_failure(self, error: BaseException | None) -> str:
+        if isinstance(error, ssl.SSLCertVerificationError):
+            tls = self.settings.tls
+            trusted = f"pinned CA {tls.ca_file}" if tls and tls.ca_file else "the system CAs"
+            reason = error.verify_message
+            return f"TLS certificate of broker {self._address} not trusted ({reason}; checked against {trusted})"
+        if isinstance(error, ssl.SSLError):
+            return f"TLS handshake with broker {self._address} failed: {error.reason or error}"
+        if error is None:
+            return f"cannot connect to broker {self._address}"
+        return f"cannot connect to broker {self._address}: {error}"
+
+
+def _configure_tls(client: Client, tls: TlsSettings) -> None:
+    """Load the pinned CA and client certificate now, so a wrong path fails at start with its name."""
+    for name, path in (("ca_file", tls.ca_file), ("cert_file", tls.cert_file), ("key_file", tls.key_file)):
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(f"mqtt.tls.{name}: file {path} does not exist")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the chain and, by default, the host name
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        if tls.ca_file is not None:
+            context.load_verify_locations(cafile=str(tls.ca_file))
+        else:
+            context.load_default_certs()
+    except (ssl.SSLError, OSError) as err:
+        raise ConfigError(f"mqtt.tls.ca_file: cannot load CA certificates from {tls.ca_file}: {err}") from err
+    if tls.cert_file is not None:
+        try:
+            context.load_cert_chain(str(tls.cert_file), str(tls.key_file))
+        except (ssl.SSLError, OSError) as err:
+            raise ConfigError(
+                f"mqtt.tls: cannot load client certificate {tls.cert_file} with key {tls.key_file}: {err}"
+            ) from err
+    if not tls.verify_hostname:
+        log.warning("MQTT: TLS hostname verification is off; the broker's certificate chain is still checked")
+        context.check_hostname = False
+    client.tls_set_context(context)
+
+
+class _PahoErrors(logging.Filter):
+    """Keeps paho's last error (a TLS alert arrives only as a log line) and hides its retry noise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Client is not connected"):
+            return False  # logged on every loop turn while retrying; our warning already says why
+        if record.levelno >= logging.ERROR:
+            self.last = record.getMessage()
+        return True
+
+
+def _dispatcher(topic: str, handler: MessageHandler) -> Callable[[Client, Any, MQTTMessage], None]:
+    def dispatch(client: Client, userdata: Any, message: MQTTMessage) -> None:
+        try:
+            handler(message.topic, bytes(message.payload))
+        except Exception:
+            log.exception("MQTT: handler for %s failed on a message from %s", topic, message.topic)
+
+    return dispatch
+
+
+def _wait_quietly(info: MQTTMessageInfo, timeout: float) -> None:
+    # Not connected any more raises; then the broker's will says "offline" for us.
+    with contextlib.suppress(RuntimeError, ValueError):
+        info.wait_for_publish(timeout)

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from daemon_process import DaemonProcess, write_clip
+
+
+@pytest.fixture
+def clip(astronaut_bgr: np.ndarray, tmp_path: Path) -> Callable[[int], Path]:
+    return lambda frames: write_clip(tmp_path / f"clip-{frames}.mp4", astronaut_bgr, frames)
+
+
+@pytest.fixture
+def write_config(tmp_path: Path) -> Callable[..., Path]:
+    """Writes a daemon config for the test broker; keyword arguments replace top-level sections."""
+
+    def write(broker: Any, pipelines: list[dict[str, Any]], name: str = "config.yaml", **sections: Any) -> Path:
+        config = {
+            "device_id": "test-box",
+            "mqtt": {"host": broker.host, "port": broker.port, "client_id": "edge-test-box"},
+            "state_dir": str(tmp_path / "state"),
+            "cache_dir": str(tmp_path / "cache"),
+            "stats": {"interval_s": 1},
+            "log_level": "info",
+            "pipelines": pipelines,
+        }
+        config.update(sections)
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def run_daemon() -> Iterator[Callable[..., DaemonProcess]]:
+    started: list[DaemonProcess] = []
+
+    def start(config: Path, **kwargs: Any) -> DaemonProcess:
+        daemon = DaemonProcess(config, **kwargs)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+            daemon.wait(10)

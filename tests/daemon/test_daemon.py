@@ -1,0 +1,172 @@
+from __future__ import annotations
+
+import signal
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cv2
+import jsonschema
+import numpy as np
+from broker import Mosquitto
+from daemon_process import DaemonProcess, NotifyListener, face_pipeline, results
+
+from edge_runtime.results import result_schema
+
+RESULT_TOPIC = "edge/test-box/faces/result"
+
+
+def test_results_arrive_with_the_documented_schema(
+    mosquitto: Mosquitto,
+    clip: Callable[[int], Path],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., DaemonProcess],
+) -> None:
+    watcher = mosquitto.subscribe_collect("edge/test-box/#")
+    pipeline = face_pipeline(clip(12), publish={"snapshot": {"enabled": True, "max_rate_hz": 100}})
+    daemon = run_daemon(write_config(mosquitto, [pipeline]), exit_when_done=True)
+    assert daemon.wait(120) == 0, daemon.log
+    assert watcher.wait_until(lambda m: sum(x.topic == RESULT_TOPIC for x in m) >= 12, timeout=20), daemon.log
+    messages = results(watcher.payloads(RESULT_TOPIC))
+    schema = result_schema()
+    for message in messages:
+        jsonschema.validate(message, schema)
+    assert sorted(m["index"] for m in messages) == list(range(12))
+    assert len({m["id"] for m in messages}) == 12
+    first = messages[0]
+    assert first["runtime"]["precision"] == "fp32" and first["task"] == "detection"
+    assert [d["label"] for d in first["result"]["detections"]] == ["face"]
+    assert first["latency_ms"]["total"] >= first["latency_ms"]["infer"] > 0
+    statuses = watcher.payloads("edge/test-box/status")
+    assert statuses[0] == b"online" and statuses[-1] == b"offline"
+    snapshot = watcher.payloads("edge/test-box/faces/snapshot")[0]
+    assert cv2.imdecode(np.frombuffer(snapshot, np.uint8), cv2.IMREAD_COLOR).shape == (480, 640, 3)
+
+
+def test_broker_outage_mid_stream_loses_nothing(
+    tmp_path: Path,
+    clip: Callable[[int], Path],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., DaemonProcess],
+) -> None:
+    broker = Mosquitto(tmp_path / "broker", persistence=True).start()
+    try:
+        watcher = broker.subscribe_collect(RESULT_TOPIC, client_id="watcher")
+        source = {"type": "file", "path": str(clip(60)), "realtime": True}
+        daemon = run_daemon(write_config(broker, [face_pipeline(clip(60), source=source)]), exit_when_done=True)
+        assert watcher.wait_count(5, timeout=60), daemon.log
+        broker.stop()
+        time.sleep(2.5)  # frames keep coming: their results go to the spool
+        broker.restart()
+        assert daemon.wait(120) == 0, daemon.log
+        assert watcher.wait_until(lambda m: len({_index(x.payload) for x in m}) >= 60, timeout=30), daemon.log
+        indices = {_index(p) for p in watcher.payloads()}
+        assert indices == set(range(60))
+    finally:
+        broker.close()
+
+
+def test_killed_daemon_replays_its_spool_on_restart(
+    tmp_path: Path,
+    clip: Callable[[int], Path],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., DaemonProcess],
+) -> None:
+    broker = Mosquitto(tmp_path / "broker", persistence=True).start()
+    try:
+        watcher = broker.subscribe_collect(RESULT_TOPIC, client_id="watcher")
+        broker.stop()  # results can only go to the spool
+        source = {"type": "file", "path": str(clip(50)), "realtime": True}
+        config = write_config(broker, [face_pipeline(clip(50), source=source)])
+        daemon = run_daemon(config)
+        spool = tmp_path / "state" / "spool.sqlite"
+        deadline = time.monotonic() + 60
+        while _spooled(spool) < 10 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        daemon.signal(signal.SIGKILL)
+        daemon.wait(10)
+        produced = _spooled(spool)
+        assert produced >= 10, daemon.log
+
+        broker.restart()
+        drained = run_daemon(write_config(broker, [face_pipeline(clip(50), source=source, enabled=False)]))
+        assert watcher.wait_until(lambda m: len({_index(x.payload) for x in m}) >= produced, timeout=60), drained.log
+        assert drained.stop() == 0
+        assert {_index(p) for p in watcher.payloads()} == set(range(produced))
+    finally:
+        broker.close()
+
+
+def test_sigterm_stops_promptly_and_reports_to_systemd(
+    mosquitto: Mosquitto,
+    tmp_path: Path,
+    clip: Callable[[int], Path],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., DaemonProcess],
+) -> None:
+    notify = NotifyListener(tmp_path / "notify.sock")
+    try:
+        source = {"type": "file", "path": str(clip(20)), "loop": True, "realtime": True}
+        daemon = run_daemon(write_config(mosquitto, [face_pipeline(clip(20), source=source)]), env=notify.env)
+        ready = notify.wait_for("READY=1", timeout=60)
+        assert ready is not None and "STATUS=1 pipelines running, connected to the broker" in ready, daemon.log
+        watcher = mosquitto.subscribe_collect(RESULT_TOPIC)
+        assert watcher.wait_count(3, timeout=30)
+        started = time.monotonic()
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(30) == 0
+        assert time.monotonic() - started < 20
+        assert notify.wait_for("STOPPING=1", timeout=5) is not None
+    finally:
+        notify.close()
+    assert "edge-runtime stopped" in daemon.log
+
+
+def test_sighup_restarts_only_changed_pipelines(
+    mosquitto: Mosquitto,
+    clip: Callable[[int], Path],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., DaemonProcess],
+) -> None:
+    looping = {"type": "file", "path": str(clip(20)), "loop": True, "realtime": True}
+    first = face_pipeline(clip(20), source=looping)
+    config = write_config(mosquitto, [first])
+    watcher = mosquitto.subscribe_collect("edge/test-box/+/result")
+    daemon = run_daemon(config)
+    assert watcher.wait_count(3, timeout=60), daemon.log
+    second = face_pipeline(clip(20), name="door", source=looping)
+    write_config(mosquitto, [first, second])
+    daemon.signal(signal.SIGHUP)
+    assert watcher.wait_until(lambda m: any(x.topic.endswith("/door/result") for x in m), timeout=60), daemon.log
+    time.sleep(1)
+    faces = [_index(p) for p in watcher.payloads(RESULT_TOPIC)]
+    assert faces == sorted(faces) and len(set(faces)) == len(faces)  # never restarted: indices only grow
+    assert daemon.stop() == 0
+    assert "reloaded: added ('door',)" in daemon.log
+
+
+def test_bad_config_exits_2_with_the_field(tmp_path: Path, run_daemon: Callable[..., DaemonProcess]) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("device_id: box\npipelines: []\nmqtt: {hots: x}\n")
+    daemon = run_daemon(config)
+    assert daemon.wait(30) == 2
+    assert "mqtt.hots" in daemon.log and "Traceback" not in daemon.log
+
+
+def _index(payload: bytes) -> int:
+    import json
+
+    message: dict[str, Any] = json.loads(payload)
+    return int(message["index"])
+
+
+def _spooled(path: Path) -> int:
+    if not path.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1) as db:
+            return int(db.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
+    except sqlite3.Error:
+        return 0
