@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -9,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from broker import Mosquitto
 from model_builders import build_tiny_classifier_onnx, convert_to_openvino_ir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,11 +45,6 @@ def tiny_openvino(tiny_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
-
-
-from collections.abc import Iterator  # noqa: E402
-
-from broker import Mosquitto  # noqa: E402
 
 
 @pytest.fixture

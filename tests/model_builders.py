@@ -45,3 +45,20 @@ def convert_to_openvino_ir(source: Path, xml_path: Path) -> Path:
 
     ov.save_model(ov.convert_model(source), xml_path, compress_to_fp16=False)
     return xml_path
+
+
+def build_window_mean_onnx(path: Path, length: int, channels: int) -> Path:
+    """A sequence model over sensor windows [1, length, channels] (NTC): the mean of each channel."""
+    nodes = [helper.make_node("ReduceMean", ["window", "axes"], ["mean"], keepdims=0)]
+    graph = helper.make_graph(
+        nodes,
+        "window_mean",
+        [helper.make_tensor_value_info("window", TensorProto.FLOAT, [1, length, channels])],
+        [helper.make_tensor_value_info("mean", TensorProto.FLOAT, [1, channels])],
+        initializer=[numpy_helper.from_array(np.array([1], np.int64), "axes")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from broker import Mosquitto
 from daemon_process import DaemonProcess, write_clip
 
 
@@ -51,3 +52,11 @@ def run_daemon() -> Iterator[Callable[..., DaemonProcess]]:
         if daemon.process.poll() is None:
             daemon.process.kill()
             daemon.wait(10)
+
+
+@pytest.fixture
+def persistent_broker(tmp_path: Path) -> Iterator[Mosquitto]:
+    """A broker that keeps sessions across its own restarts, as a production broker does."""
+    broker = Mosquitto(tmp_path / "persistent-broker", persistence=True).start()
+    yield broker
+    broker.close()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import time
@@ -12,7 +13,11 @@ import jsonschema
 import numpy as np
 from broker import Mosquitto
 from daemon_process import DaemonProcess, NotifyListener, face_pipeline, results
+from model_builders import build_window_mean_onnx
+from waiting import wait_for
 
+from edge_runtime.package.manifest import ModelFormat, Precision
+from edge_runtime.package.writer import describe_variant, write_package
 from edge_runtime.results import result_schema
 
 RESULT_TOPIC = "edge/test-box/faces/result"
@@ -46,57 +51,52 @@ def test_results_arrive_with_the_documented_schema(
 
 
 def test_broker_outage_mid_stream_loses_nothing(
-    tmp_path: Path,
+    persistent_broker: Mosquitto,
     clip: Callable[[int], Path],
     write_config: Callable[..., Path],
     run_daemon: Callable[..., DaemonProcess],
 ) -> None:
-    broker = Mosquitto(tmp_path / "broker", persistence=True).start()
-    try:
-        watcher = broker.subscribe_collect(RESULT_TOPIC, client_id="watcher")
-        source = {"type": "file", "path": str(clip(60)), "realtime": True}
-        daemon = run_daemon(write_config(broker, [face_pipeline(clip(60), source=source)]), exit_when_done=True)
-        assert watcher.wait_count(5, timeout=60), daemon.log
-        broker.stop()
-        time.sleep(2.5)  # frames keep coming: their results go to the spool
-        broker.restart()
-        assert daemon.wait(120) == 0, daemon.log
-        assert watcher.wait_until(lambda m: len({_index(x.payload) for x in m}) >= 60, timeout=30), daemon.log
-        indices = {_index(p) for p in watcher.payloads()}
-        assert indices == set(range(60))
-    finally:
-        broker.close()
+    broker = persistent_broker
+    watcher = broker.subscribe_collect(RESULT_TOPIC, client_id="watcher")
+    source = {"type": "file", "path": str(clip(60)), "realtime": True}
+    daemon = run_daemon(write_config(broker, [face_pipeline(clip(60), source=source)]), exit_when_done=True)
+    assert watcher.wait_count(5, timeout=60), daemon.log
+    broker.stop()
+    time.sleep(2.5)  # frames keep coming: their results go to the spool
+    broker.restart()
+    assert daemon.wait(120) == 0, daemon.log
+    assert watcher.wait_until(lambda m: len({_index(x.payload) for x in m}) >= 60, timeout=30), daemon.log
+    indices = {_index(p) for p in watcher.payloads()}
+    assert indices == set(range(60))
 
 
 def test_killed_daemon_replays_its_spool_on_restart(
+    persistent_broker: Mosquitto,
     tmp_path: Path,
     clip: Callable[[int], Path],
     write_config: Callable[..., Path],
     run_daemon: Callable[..., DaemonProcess],
 ) -> None:
-    broker = Mosquitto(tmp_path / "broker", persistence=True).start()
-    try:
-        watcher = broker.subscribe_collect(RESULT_TOPIC, client_id="watcher")
-        broker.stop()  # results can only go to the spool
-        source = {"type": "file", "path": str(clip(50)), "realtime": True}
-        config = write_config(broker, [face_pipeline(clip(50), source=source)])
-        daemon = run_daemon(config)
-        spool = tmp_path / "state" / "spool.sqlite"
-        deadline = time.monotonic() + 60
-        while _spooled(spool) < 10 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        daemon.signal(signal.SIGKILL)
-        daemon.wait(10)
-        produced = _spooled(spool)
-        assert produced >= 10, daemon.log
+    broker = persistent_broker
+    watcher = broker.subscribe_collect(RESULT_TOPIC, client_id="watcher")
+    broker.stop()  # results can only go to the spool
+    source = {"type": "file", "path": str(clip(50)), "realtime": True}
+    config = write_config(broker, [face_pipeline(clip(50), source=source)])
+    daemon = run_daemon(config)
+    spool = tmp_path / "state" / "spool.sqlite"
+    deadline = time.monotonic() + 60
+    while _spooled(spool) < 10 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    daemon.signal(signal.SIGKILL)
+    daemon.wait(10)
+    produced = _spooled(spool)
+    assert produced >= 10, daemon.log
 
-        broker.restart()
-        drained = run_daemon(write_config(broker, [face_pipeline(clip(50), source=source, enabled=False)]))
-        assert watcher.wait_until(lambda m: len({_index(x.payload) for x in m}) >= produced, timeout=60), drained.log
-        assert drained.stop() == 0
-        assert {_index(p) for p in watcher.payloads()} == set(range(produced))
-    finally:
-        broker.close()
+    broker.restart()
+    drained = run_daemon(write_config(broker, [face_pipeline(clip(50), source=source, enabled=False)]))
+    assert watcher.wait_until(lambda m: len({_index(x.payload) for x in m}) >= produced, timeout=60), drained.log
+    assert drained.stop() == 0
+    assert {_index(p) for p in watcher.payloads()} == set(range(produced))
 
 
 def test_sigterm_stops_promptly_and_reports_to_systemd(
@@ -156,8 +156,6 @@ def test_bad_config_exits_2_with_the_field(tmp_path: Path, run_daemon: Callable[
 
 
 def _index(payload: bytes) -> int:
-    import json
-
     message: dict[str, Any] = json.loads(payload)
     return int(message["index"])
 
@@ -170,3 +168,46 @@ def _spooled(path: Path) -> int:
             return int(db.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
     except sqlite3.Error:
         return 0
+
+
+def test_sensor_pipeline_counts_bad_messages_and_runs_on(
+    mosquitto: Mosquitto, tmp_path: Path, write_config: Callable[..., Path], run_daemon: Callable[..., DaemonProcess]
+) -> None:
+    package = tmp_path / "vibration"
+    package.mkdir()
+    build_window_mean_onnx(package / "model.onnx", length=4, channels=2)
+    variant = describe_variant(package, ["model.onnx"], ModelFormat.ONNX, Precision.FP32)
+    write_package(
+        package,
+        {"onnx/fp32": variant},
+        name="vibration",
+        task="regression",
+        inputs=[{"shape": [1, 4, 2], "layout": "NTC"}],
+        labels=["x", "y"],
+        decoder={"name": "regression"},
+    )
+    pipeline = {
+        "name": "vibration",
+        "source": {"type": "mqtt", "topics": ["lab/accel"], "window": {"length": 4, "stride": 4, "channels": 2}},
+        "model": {"path": str(package)},
+    }
+    watcher = mosquitto.subscribe_collect("edge/test-box/#")
+    daemon = run_daemon(write_config(mosquitto, [pipeline]))
+    assert wait_for(lambda: any(m.payload == b"online" for m in watcher.messages), 60), daemon.log
+    time.sleep(0.5)
+    for value in range(8):
+        mosquitto.publish("lab/accel", json.dumps([value, 10 * value]).encode())
+        mosquitto.publish("lab/accel", b"{not json")
+    mosquitto.publish("lab/accel", json.dumps([1, 2, 3]).encode())  # three channels, not two
+    mosquitto.publish("lab/accel", b"[" + b"1," * 40000 + b"1]")  # oversized
+    assert watcher.wait_until(lambda m: sum(x.topic.endswith("/result") for x in m) >= 2, timeout=30), daemon.log
+    values = [json.loads(p)["result"]["values"] for p in watcher.payloads("edge/test-box/vibration/result")]
+    assert values[:2] == [{"x": 1.5, "y": 15.0}, {"x": 5.5, "y": 55.0}]
+
+    def malformed() -> int:
+        reports = [json.loads(p) for p in watcher.payloads("edge/test-box/stats")]
+        return int(reports[-1]["pipelines"]["vibration"]["source"]["malformed"]) if reports else 0
+
+    assert wait_for(lambda: malformed() == 10, 20), daemon.log
+    assert daemon.process.poll() is None
+    assert daemon.stop() == 0

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from broker import BrokerTls, Mosquitto, Pki
+from waiting import wait_for
 
 from edge_runtime.errors import ConfigError
 from edge_runtime.mqtt.connection import MqttConnection
@@ -49,15 +50,6 @@ class Inbox:
             if not self.arrived.wait(deadline - time.monotonic()) and time.monotonic() >= deadline:
                 return False
         return True
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 @pytest.mark.parametrize("protocol", ["5", "3.1.1"])

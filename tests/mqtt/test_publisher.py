@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from broker import Collector, Mosquitto
+from waiting import wait_for
 
 from edge_runtime.errors import ConfigError
 from edge_runtime.mqtt.connection import MqttConnection
@@ -52,15 +53,6 @@ def devices(tmp_path: Path) -> Iterator[Callable[..., Device]]:
 
 def numbers(collector: Collector) -> set[int]:
     return {int(p) for p in collector.payloads(TOPIC) if p.isdigit()}
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_every_result_published_during_a_broker_outage_arrives(

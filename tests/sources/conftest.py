@@ -14,8 +14,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from broker import free_port
 from rtsp_relay import RtspRelay
-from source_media import FPS, FRAMES, SIZE, Broker, StreamServer, frame_number, free_port, stamp, wait_for_port
+from source_media import FPS, FRAMES, SIZE, StreamServer, frame_number, stamp
 
 _H264 = ["-c:v", "libx264", "-preset", "ultrafast", "-tune", "zerolatency", "-g", "15"]
 
@@ -86,23 +87,6 @@ def rtsp_relay(ffmpeg: str, h264_stream_file: Path, tmp_path: Path) -> Iterator[
     relay = RtspRelay(ffmpeg, h264_stream_file, free_port(), tmp_path)
     yield relay
     relay.stop()
-
-
-@pytest.fixture
-def mosquitto(tmp_path: Path) -> Iterator[Broker]:
-    """A real Mosquitto broker on a free loopback port, anonymous, in memory only."""
-    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-    assert Path(binary).exists(), "the MQTT tests need mosquitto (make test installs it)"
-    port = free_port()
-    config = tmp_path / "mosquitto.conf"
-    config.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
-    process = subprocess.Popen([binary, "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port)
-        yield Broker(port, process)
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 @pytest.fixture(scope="session")

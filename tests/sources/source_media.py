@@ -19,12 +19,6 @@ _BITS = 10
 _BLOCK_W, _BLOCK_H, _BLOCK_Y = 40, 24, 8
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def wait_for_port(port: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -97,9 +91,3 @@ class StreamServer:
             self.process.kill()
             self.process.wait(10)
         self.process = None
-
-
-@dataclass
-class Broker:
-    port: int
-    process: subprocess.Popen[bytes]

@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 import logging
 import struct
-import threading
 import time
-from collections.abc import Callable
 
 import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
-from source_media import Broker
+from broker import Mosquitto
+from waiting import wait_for
 
 from edge_runtime.errors import ConfigError
+from edge_runtime.mqtt.connection import MqttConnection
+from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.sources import make_source
 from edge_runtime.sources.base import MessageHandler, SourceContext, Window
 from edge_runtime.sources.configs import MqttSensorSource
@@ -162,43 +163,8 @@ def test_without_a_broker_connection_start_is_a_config_error() -> None:
         make_source(config, "lonely").start()
 
 
-class PahoSubscriber:
-    """A minimal version of the daemon's connection: one paho client dispatching to source handlers."""
-
-    def __init__(self, port: int) -> None:
-        self.handlers: list[tuple[str, MessageHandler]] = []
-        self.subscribed = threading.Event()
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="sources-test-subscriber")
-        self.client.on_message = self._dispatch
-        self.client.on_subscribe = lambda *_args: self.subscribed.set()
-        self.client.connect("127.0.0.1", port)
-        self.client.loop_start()
-
-    def subscribe(self, topic: str, qos: int, handler: MessageHandler) -> None:
-        self.handlers.append((topic, handler))
-        self.subscribed.clear()
-        self.client.subscribe(topic, qos)
-        assert self.subscribed.wait(10), "no SUBACK from the broker"
-
-    def _dispatch(self, _client: mqtt.Client, _userdata: object, message: mqtt.MQTTMessage) -> None:
-        for pattern, handler in self.handlers:
-            if mqtt.topic_matches_sub(pattern, message.topic):
-                handler(message.topic, message.payload)
-
-    def close(self) -> None:
-        self.client.loop_stop()
-        self.client.disconnect()
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not condition():
-        time.sleep(0.05)
-    return condition()
-
-
-def test_end_to_end_through_mosquitto(mosquitto: Broker) -> None:
-    subscriber = PahoSubscriber(mosquitto.port)
+def test_end_to_end_through_mosquitto(mosquitto: Mosquitto) -> None:
+    subscriber = MqttConnection(MqttSettings(host=mosquitto.host, port=mosquitto.port), "sensor-test")
     config = MqttSensorSource.model_validate(
         {
             "type": "mqtt",
@@ -210,6 +176,8 @@ def test_end_to_end_through_mosquitto(mosquitto: Broker) -> None:
     )
     source = make_source(config, "accel", SourceContext(subscribe=subscriber.subscribe))
     source.start()
+    subscriber.start()
+    assert subscriber.wait_connected(10)
     publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="sources-test-publisher")
     publisher.connect("127.0.0.1", mosquitto.port)
     publisher.loop_start()
@@ -226,7 +194,7 @@ def test_end_to_end_through_mosquitto(mosquitto: Broker) -> None:
     finally:
         publisher.loop_stop()
         publisher.disconnect()
-        subscriber.close()
+        subscriber.stop()
         source.close()
     assert len(received) == 3
     for number, window in enumerate(received):

@@ -7,10 +7,11 @@ import logging
 import os
 import time
 import tty
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from waiting import wait_for
 
 from edge_runtime.sources import make_source
 from edge_runtime.sources.base import Window
@@ -49,13 +50,6 @@ def serial_source(path: str, **fields: object) -> SerialSensor:
     source = make_source(config, "imu")
     assert isinstance(source, SerialSensor)
     return source
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not condition():
-        time.sleep(0.05)
-    return condition()
 
 
 def read_windows(source: SerialSensor, count: int) -> list[Window]:

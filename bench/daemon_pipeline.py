@@ -1,0 +1,472 @@
+"""The daemon's pipeline end to end, against `benchmark_app` and against a naive loop, side by side.
+
+Everything a result goes through is real: the `Pipeline` (feed thread, preprocessing, OpenVINO's
+async runner, post thread, decoder, result message), the `Publisher` with its SQLite spool at QoS 1,
+and a local Mosquitto started here on a free port, with `mosquitto_sub` (its own process) counting
+arrivals. Three comparisons, each run alternately round after round so drift of the machine affects
+both sides alike; tables give medians over the rounds:
+
+- throughput: an in-memory source hands out one pre-decoded 640×480 BGR frame as fast as it is read
+  (policy every), OpenVINO CPU with the throughput hint at explicit fp32; acknowledged results per
+  second against `benchmark_app -hint throughput -infer_precision f32` on the same file. Goal ≥ 0.95.
+- latency: the latency hint, and a source that hands out the next frame only when the previous result
+  has reached a subscriber; median capture → arrival (and the message's `latency_ms.total`) against
+  `benchmark_app -hint latency`'s median. Goal: at most 1.5 ms more.
+- video: an H.264 640×480 file through the pipeline (file source, policy every, not realtime) against
+  a loop doing read → preprocess → infer → decode → publish (QoS 1, wait for the ack) one after the
+  other, on the face detector. Goal: pipelined ≥ 1.3× naive.
+
+    python bench/daemon_pipeline.py [--rounds 5] [--seconds 5] [--parts throughput latency video]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import cv2
+import numpy as np
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+
+from edge_runtime.decoders import make_decoder
+from edge_runtime.decoders.base import Decoder
+from edge_runtime.model import LoadedModel, load_model
+from edge_runtime.mqtt.connection import MqttConnection
+from edge_runtime.mqtt.publisher import Publisher
+from edge_runtime.mqtt.settings import MqttSettings
+from edge_runtime.mqtt.spool import Spool
+from edge_runtime.package.loader import open_package
+from edge_runtime.pipeline import Pipeline, PublishPolicy
+from edge_runtime.preprocess import ImagePreprocessor
+from edge_runtime.results import ModelInfo, RuntimeInfo, StageLatency, build_result, encode
+from edge_runtime.sources import make_source
+from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceConfig
+from edge_runtime.sources.configs import FileSource
+
+BENCH = Path(__file__).resolve().parent
+sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
+
+from backend_overhead import benchmark_app  # noqa: E402
+from broker import Mosquitto  # noqa: E402
+from models import ASTRONAUT_CLIP, FACE_PACKAGE, h264_clip, mobilenet_v2_package  # noqa: E402
+
+VARIANT = "openvino/fp32"
+DEVICE_ID = "bench-box"
+WARMUP_S = 1.0
+
+
+# -- sources and subscribers -----------------------------------------------------------------------
+
+
+class StillFrames(Source):
+    """The same decoded frame, as fast as it is read; with a gate, one frame per opening of the gate."""
+
+    types = ("still",)
+
+    def __init__(self, image: np.ndarray, gate: threading.Event | None = None) -> None:
+        super().__init__(SourceConfig(), "still")
+        self.image = image
+        self.gate = gate
+        self.captured_at: dict[int, float] = {}
+        self._closed = False
+
+    def start(self) -> None:
+        self.stats.connected = True
+
+    def read(self, timeout: float) -> Frame | None:
+        if self.gate is not None:
+            if not self.gate.wait(timeout):
+                return None
+            self.gate.clear()
+        if self._closed:
+            raise EndOfSource
+        index = self.stats.delivered
+        self.stats.delivered += 1
+        self.captured_at[index] = now = time.time()
+        return Frame(self.image, index, now, self.name)
+
+    def close(self) -> None:
+        self._closed = True
+        if self.gate is not None:
+            self.gate.set()
+
+
+class CountingSubscriber:
+    """`mosquitto_sub` in its own process, one line per result received, so counting costs us no GIL."""
+
+    def __init__(self, broker: Mosquitto, directory: Path) -> None:
+        self.path = directory / "arrivals.txt"
+        command = [shutil.which("mosquitto_sub") or "mosquitto_sub", "-h", broker.host, "-p", str(broker.control_port)]
+        command += ["-t", "edge/#", "-q", "1", "-F", "%l"]
+        with self.path.open("wb") as out:
+            self._process = subprocess.Popen(command, stdout=out)
+        time.sleep(0.3)  # subscribed before anything is published
+
+    def count(self) -> int:
+        return self.path.read_bytes().count(b"\n")
+
+    def close(self) -> None:
+        self._process.terminate()
+        self._process.wait(5)
+
+
+@dataclass
+class Arrivals:
+    """An in-process subscriber timing each result from capture to arrival; it opens the source's gate."""
+
+    broker: Mosquitto
+    gate: threading.Event = field(default_factory=threading.Event)
+    source: StillFrames | None = None
+    to_arrival_ms: list[float] = field(default_factory=list)
+    total_ms: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._client = paho.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
+        self._client.on_message = self._on_message
+        self._client.connect(self.broker.host, self.broker.control_port)
+        self._client.subscribe(f"edge/{DEVICE_ID}/+/result", 1)
+        self._client.loop_start()
+        time.sleep(0.3)
+
+    def _on_message(self, _client: paho.Client, _userdata: object, message: paho.MQTTMessage) -> None:
+        arrived = time.time()
+        result = json.loads(message.payload)
+        if self.source is not None:
+            self.to_arrival_ms.append((arrived - self.source.captured_at[result["index"]]) * 1000)
+            self.total_ms.append(result["latency_ms"]["total"])
+        self.gate.set()
+
+    def close(self) -> None:
+        self._client.disconnect()
+        self._client.loop_stop()
+
+
+# -- the daemon's parts ----------------------------------------------------------------------------
+
+
+@dataclass
+class Daemon:
+    """What the daemon builds around its pipelines: one broker connection, spool and publisher."""
+
+    broker: Mosquitto
+    directory: Path
+    connection: MqttConnection = field(init=False)
+    spool: Spool = field(init=False)
+    publisher: Publisher = field(init=False)
+
+    def __post_init__(self) -> None:
+        settings = MqttSettings(host=self.broker.host, port=self.broker.port)
+        self.connection = MqttConnection(settings, DEVICE_ID)
+        self.spool = Spool(self.directory / "spool.sqlite")
+        self.publisher = Publisher(self.connection, self.spool, settings.spool)
+        self.publisher.start()
+        self.connection.start()
+        if not self.connection.wait_connected(5):
+            raise SystemExit(f"no connection to the broker: {self.connection.last_error}")
+
+    @property
+    def acked(self) -> int:
+        return self.publisher.stats().acked
+
+    def run(self, model: LoadedModel, source: Source) -> Pipeline:
+        manifest = model.package.manifest
+        pipeline = Pipeline(
+            name="bench",
+            device_id=DEVICE_ID,
+            topic_prefix="edge",
+            source=source,
+            model=model,
+            decoder=decoder_for(model),
+            input_spec=model.input_specs[0],
+            policy=PublishPolicy(qos=1),
+            sink=self.publisher,
+        )
+        assert manifest.decoder is not None
+        pipeline.start()
+        return pipeline
+
+    def finish(self, pipeline: Pipeline) -> None:
+        pipeline.stop()
+        if not self.publisher.drain(60):
+            raise SystemExit(f"the spool did not drain: {self.publisher.stats()}")
+        if pipeline.stats.errors:
+            raise SystemExit(f"the pipeline counted {pipeline.stats.errors} errors")
+
+    def close(self) -> None:
+        self.publisher.close()
+        self.connection.stop()
+        self.spool.close()
+
+
+def load(package_dir: Path, hint: str) -> LoadedModel:
+    return load_model(open_package(package_dir), VARIANT, "openvino", {"hint": hint, "precision": "fp32"})
+
+
+def decoder_for(model: LoadedModel) -> Decoder:
+    manifest = model.package.manifest
+    assert manifest.decoder is not None
+    return make_decoder(manifest.decoder.name, manifest.decoder.params, manifest.labels)
+
+
+def camera_frame() -> np.ndarray:
+    """The first frame of the astronaut clip: 640×480 BGR with one face."""
+    capture = cv2.VideoCapture(str(ASTRONAUT_CLIP), cv2.CAP_FFMPEG)
+    ok, image = capture.read()
+    capture.release()
+    if not ok:
+        raise SystemExit(f"cannot decode {ASTRONAUT_CLIP}")
+    return np.ascontiguousarray(image)
+
+
+# -- the measurements ------------------------------------------------------------------------------
+
+
+def pipeline_fps(daemon: Daemon, package_dir: Path, image: np.ndarray, seconds: float) -> float:
+    """Acknowledged results per second, in the steady state after a warm-up."""
+    model = load(package_dir, "throughput")
+    try:
+        pipeline = daemon.run(model, StillFrames(image))
+        time.sleep(WARMUP_S)
+        acked, started = daemon.acked, time.perf_counter()
+        time.sleep(seconds)
+        rate = (daemon.acked - acked) / (time.perf_counter() - started)
+        daemon.finish(pipeline)
+        return rate
+    finally:
+        model.close()
+
+
+@dataclass(frozen=True)
+class LatencyRound:
+    to_arrival_ms: float  # medians over the round
+    total_ms: float
+    stages_ms: dict[str, float]
+
+
+def pipeline_latency(
+    daemon: Daemon, arrivals: Arrivals, package_dir: Path, image: np.ndarray, seconds: float
+) -> LatencyRound:
+    """Median ms from capture to a subscriber, and the message's own `latency_ms.total`, one frame at a time."""
+    model = load(package_dir, "latency")
+    try:
+        arrivals.gate.set()
+        arrivals.source = source = StillFrames(image, arrivals.gate)
+        pipeline = daemon.run(model, source)
+        time.sleep(WARMUP_S)
+        arrivals.to_arrival_ms.clear()
+        arrivals.total_ms.clear()
+        time.sleep(seconds)
+        stages = pipeline.stats.percentiles()
+        measured = LatencyRound(
+            statistics.median(arrivals.to_arrival_ms),
+            statistics.median(arrivals.total_ms),
+            {stage: stages[stage]["p50"] for stage in ("pre", "infer", "post")},
+        )
+        daemon.finish(pipeline)
+        arrivals.source = None
+        return measured
+    finally:
+        model.close()
+
+
+def video_pipelined(daemon: Daemon, clip: Path, frames: int, hint: str) -> float:
+    model = load(FACE_PACKAGE, hint)
+    try:
+        acked, started = daemon.acked, time.perf_counter()
+        pipeline = daemon.run(model, make_source(FileSource(type="file", path=clip, policy="every"), "clip"))
+        if not pipeline.finished.wait(300):
+            raise SystemExit("the clip did not finish within 300 s")
+        daemon.finish(pipeline)
+        elapsed = time.perf_counter() - started
+        if pipeline.stats.results != frames or daemon.acked - acked != frames:
+            raise SystemExit(f"{pipeline.stats.results} results, {daemon.acked - acked} acked, of {frames} frames")
+        return frames / elapsed
+    finally:
+        model.close()
+
+
+def video_naive(broker: Mosquitto, clip: Path, frames: int) -> float:
+    """One frame at a time: read, preprocess, infer, decode, publish at QoS 1 and wait for the ack."""
+    model = load(FACE_PACKAGE, "latency")
+    preprocess = ImagePreprocessor(model.input_specs[0], model.inputs[0])
+    decoder = decoder_for(model)
+    client = paho.Client(CallbackAPIVersion.VERSION2, client_id="bench-naive", protocol=MQTTProtocolVersion.MQTTv5)
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    runs_on = model.backend.runs_on
+    runtime = RuntimeInfo(runs_on.backend, runs_on.device, runs_on.precision)
+    info = ModelInfo(model.package.name, model.package.manifest.version, VARIANT, "-")
+    try:
+        started = time.perf_counter()
+        capture = cv2.VideoCapture(str(clip), cv2.CAP_FFMPEG)
+        count = 0
+        while True:
+            ok, image = capture.read()
+            if not ok:
+                break
+            captured, t0 = time.time(), time.perf_counter()
+            tensor, transform = preprocess(image)
+            t1 = time.perf_counter()
+            outputs = model.infer([tensor])
+            t2 = time.perf_counter()
+            decoded = decoder.decode(outputs, model.outputs, transform)
+            now = time.time()
+            post = time.perf_counter() - t2
+            latency = StageLatency((t1 - t0) * 1000, (t2 - t1) * 1000, post * 1000, (now - captured) * 1000)
+            message = build_result(
+                device_id="naive", pipeline="naive", source="clip", kind="frame", index=count, captured_at=captured,
+                published_at=now, model=info, runtime=runtime, latency=latency, task="detection",
+                result=decoded.to_dict(),
+            )  # fmt: skip
+            client.publish("edge/naive/naive/result", encode(message), qos=1).wait_for_publish(5)
+            count += 1
+        capture.release()
+        if count != frames:
+            raise SystemExit(f"the naive loop read {count} of {frames} frames")
+        return frames / (time.perf_counter() - started)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+        model.close()
+
+
+# -- rounds and tables -----------------------------------------------------------------------------
+
+
+def alternate(rounds: int, *sides: Callable[[], float]) -> list[list[float]]:
+    """Each side once per round, in turn, so that drift of the machine reaches every side alike."""
+    values: list[list[float]] = [[] for _ in sides]
+    for index in range(rounds):
+        for side, found in zip(sides, values, strict=True):
+            found.append(side())
+        print(f"  round {index + 1}: " + ", ".join(f"{v[-1]:.3f}" for v in values), file=sys.stderr)
+    return values
+
+
+def throughput_part(daemon: Daemon, models: dict[str, Path], image: np.ndarray, args: argparse.Namespace) -> str:
+    lines = [
+        "| model | pipeline FPS (acked) | benchmark_app FPS | ratio | goal ≥ 0.95 | rounds: pipeline / benchmark_app |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for name, package in models.items():
+        print(f"throughput: {name}", file=sys.stderr)
+        model_file = open_package(package).source(VARIANT).path
+        ours, theirs = alternate(
+            args.rounds,
+            partial(pipeline_fps, daemon, package, image, args.seconds),
+            partial(benchmark_app, model_file, "throughput", args.seconds),
+        )
+        ratio = statistics.median(ours) / statistics.median(theirs)
+        lines.append(
+            f"| {name} | {statistics.median(ours):.1f} | {statistics.median(theirs):.1f} | {ratio:.3f} "
+            f"| {'met' if ratio >= 0.95 else 'NOT met'} | {_listed(ours, 0)} / {_listed(theirs, 0)} |"
+        )
+    return "\n".join(lines)
+
+
+def latency_part(daemon: Daemon, models: dict[str, Path], image: np.ndarray, args: argparse.Namespace) -> str:
+    lines = [
+        "| model | capture → subscriber ms | `latency_ms.total` ms | benchmark_app median ms "
+        "| excess (subscriber) ms | goal ≤ 1.5 ms | pre / infer / post p50 ms (last round) |"
+    ]
+    lines.append("|---|---:|---:|---:|---:|---|---|")
+    arrivals = Arrivals(daemon.broker)
+    try:
+        for name, package in models.items():
+            print(f"latency: {name}", file=sys.stderr)
+            model_file = open_package(package).source(VARIANT).path
+            rounds: list[LatencyRound] = []
+            to_arrival, theirs = alternate(
+                args.rounds,
+                partial(_keep, rounds, partial(pipeline_latency, daemon, arrivals, package, image, args.seconds)),
+                partial(benchmark_app, model_file, "latency", args.seconds),
+            )
+            total = statistics.median(measured.total_ms for measured in rounds)
+            excess = statistics.median(to_arrival) - statistics.median(theirs)
+            stages = " / ".join(f"{value:.3f}" for value in rounds[-1].stages_ms.values())
+            lines.append(
+                f"| {name} | {statistics.median(to_arrival):.3f} | {total:.3f} | {statistics.median(theirs):.3f} "
+                f"| {excess:+.3f} | {'met' if excess <= 1.5 else 'NOT met'} | {stages} |"
+            )
+    finally:
+        arrivals.close()
+    return "\n".join(lines)
+
+
+def video_part(daemon: Daemon, work: Path, args: argparse.Namespace) -> str:
+    clip, frames = h264_clip(work / "clip.mp4")
+    print(f"video: {frames} frames of H.264 640x480", file=sys.stderr)
+    sides = {
+        "naive loop (latency hint, sync infer, wait for each PUBACK)": lambda: video_naive(daemon.broker, clip, frames),
+        "pipeline, latency hint (the x86 profile's default)": lambda: video_pipelined(daemon, clip, frames, "latency"),
+        "pipeline, throughput hint": lambda: video_pipelined(daemon, clip, frames, "throughput"),
+    }
+    results = dict(zip(sides, alternate(args.rounds, *sides.values()), strict=True))
+    naive = statistics.median(next(iter(results.values())))
+    lines = ["| variant | fps (median) | rounds | × naive | goal ≥ 1.3× |", "|---|---:|---|---:|---|"]
+    for label, values in results.items():
+        ratio = statistics.median(values) / naive
+        verdict = "" if label.startswith("naive") else ("met" if ratio >= 1.3 else "NOT met")
+        lines.append(f"| {label} | {statistics.median(values):.1f} | {_listed(values, 0)} | {ratio:.2f} | {verdict} |")
+    return "\n".join(lines)
+
+
+def _keep(rounds: list[LatencyRound], measure: Callable[[], LatencyRound]) -> float:
+    rounds.append(measure())
+    return rounds[-1].to_arrival_ms
+
+
+def _listed(values: list[float], digits: int) -> str:
+    return " ".join(f"{v:.{digits}f}" for v in values)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per side and round")
+    parser.add_argument("--parts", nargs="+", choices=("throughput", "latency", "video"), default=None)
+    parser.add_argument("--models", nargs="+", choices=("mobilenet_v2", "face"), default=("mobilenet_v2", "face"))
+    args = parser.parse_args()
+    parts = args.parts or ("throughput", "latency", "video")
+    image = camera_frame()
+    tables = []
+    with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "broker") as broker:
+        work = Path(tmp)
+        packages = {"mobilenet_v2": lambda: mobilenet_v2_package(work / "mobilenet_v2"), "face": lambda: FACE_PACKAGE}
+        models = {name: packages[name]() for name in args.models}
+        subscriber = CountingSubscriber(broker, work)
+        daemon = Daemon(broker, work)
+        try:
+            if "throughput" in parts:
+                tables.append(("Throughput", throughput_part(daemon, models, image, args)))
+            if "latency" in parts:
+                tables.append(("Latency, one frame at a time", latency_part(daemon, models, image, args)))
+            if "video" in parts:
+                tables.append(("H.264 file, pipelined against naive", video_part(daemon, work, args)))
+            time.sleep(1.0)
+            expected = daemon.acked + (args.rounds * 1200 if "video" in parts else 0)
+            arrived = subscriber.count()
+        finally:
+            daemon.close()
+            subscriber.close()
+    print(f"command: python bench/daemon_pipeline.py {' '.join(sys.argv[1:])}".rstrip())
+    print(f"{args.rounds} rounds, {args.seconds:g} s measured per side and round; {arrived} results reached")
+    print(f"mosquitto_sub (expected {expected}: every acknowledged result, and the naive loop's)")
+    for title, table in tables:
+        print(f"\n### {title}\n\n{table}")
+
+
+if __name__ == "__main__":
+    main()
