@@ -16,6 +16,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
@@ -24,7 +25,7 @@ from typing import Any
 from edge_runtime.config import DaemonConfig, PipelineConfig, diff_pipelines, load_config
 from edge_runtime.decoders import make_decoder
 from edge_runtime.errors import EdgeRuntimeError
-from edge_runtime.model import LoadedModel
+from edge_runtime.metrics import serve_metrics
 from edge_runtime.model_pool import ModelPool
 from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.publisher import Publisher
@@ -60,11 +61,11 @@ class Daemon:
         self.exit_when_done = exit_when_done
         self.notifier = SystemdNotifier()
         self.pipelines: dict[str, Pipeline] = {}
-        self._models: dict[str, LoadedModel] = {}
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._meter = RateMeter()
         self._started = time.monotonic()
+        self._stop_metrics: Callable[[], None] | None = None
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.spool = Spool.from_settings(config.mqtt.spool, config.state_dir / "spool.sqlite")
         self.connection = MqttConnection(config.mqtt, config.device_id)
@@ -85,6 +86,10 @@ class Daemon:
             self.notifier.ready(f"{len(self.pipelines)} pipelines running, {mode}")
             log.info("edge-runtime ready: %s, %s", ", ".join(self.pipelines) or "no pipelines", mode)
             self.watchdog.start()
+            prometheus = self.config.stats.prometheus
+            if prometheus.enabled:
+                self._stop_metrics = serve_metrics(self.report, prometheus.host, prometheus.port)
+                log.info("metrics at http://%s:%d/metrics", prometheus.host, prometheus.port)
             self._supervise()
         finally:
             self._shut_down()
@@ -97,9 +102,7 @@ class Daemon:
 
         def reload(_signum: int, _frame: FrameType | None) -> None:
             self._reload.set()
-            self._stop_waiting.set()
 
-        self._stop_waiting = threading.Event()
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGHUP, reload)
@@ -204,7 +207,7 @@ class Daemon:
 
     def report(self) -> dict[str, Any]:
         pipelines = {}
-        for name, pipeline in self.pipelines.items():
+        for name, pipeline in list(self.pipelines.items()):  # the metrics thread reads while a reload edits
             source = pipeline.source.stats
             figures = snapshot_dict(pipeline.stats, self._meter, source.delivered, source.dropped)
             runs_on = pipeline.model.backend.runs_on
@@ -241,6 +244,8 @@ class Daemon:
     def _shut_down(self) -> None:
         self.notifier.stopping()
         self.watchdog.stop()
+        if self._stop_metrics is not None:
+            self._stop_metrics()
         deadline = time.monotonic() + STOP_BUDGET_S
         for name in list(self.pipelines):
             self._stop_pipeline(name, timeout=max(1.0, (deadline - time.monotonic()) / 2))

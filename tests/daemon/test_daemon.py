@@ -4,6 +4,7 @@ import json
 import signal
 import sqlite3
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import cv2
 import jsonschema
 import numpy as np
-from broker import Mosquitto
+from broker import Mosquitto, free_port
 from daemon_process import DaemonProcess, NotifyListener, face_pipeline, results
 from model_builders import build_window_mean_onnx
 from waiting import wait_for
@@ -99,7 +100,7 @@ def test_killed_daemon_replays_its_spool_on_restart(
     assert {_index(p) for p in watcher.payloads()} == set(range(produced))
 
 
-def test_sigterm_stops_promptly_and_reports_to_systemd(
+def test_sigterm_stops_promptly_and_reports_to_systemd_and_prometheus(
     mosquitto: Mosquitto,
     tmp_path: Path,
     clip: Callable[[int], Path],
@@ -107,13 +108,21 @@ def test_sigterm_stops_promptly_and_reports_to_systemd(
     run_daemon: Callable[..., DaemonProcess],
 ) -> None:
     notify = NotifyListener(tmp_path / "notify.sock")
+    metrics_port = free_port()
     try:
         source = {"type": "file", "path": str(clip(20)), "loop": True, "realtime": True}
-        daemon = run_daemon(write_config(mosquitto, [face_pipeline(clip(20), source=source)]), env=notify.env)
+        stats = {"interval_s": 1, "prometheus": {"enabled": True, "port": metrics_port}}
+        config = write_config(mosquitto, [face_pipeline(clip(20), source=source)], stats=stats)
+        daemon = run_daemon(config, env=notify.env)
         ready = notify.wait_for("READY=1", timeout=60)
         assert ready is not None and "STATUS=1 pipelines running, connected to the broker" in ready, daemon.log
         watcher = mosquitto.subscribe_collect(RESULT_TOPIC)
         assert watcher.wait_count(3, timeout=30)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        assert (
+            'edge_runtime_pipeline_info{backend="openvino",device="CPU",pipeline="faces",precision="fp32"}' in metrics
+        )
+        assert 'edge_runtime_results_total{pipeline="faces"}' in metrics
         started = time.monotonic()
         daemon.signal(signal.SIGTERM)
         assert daemon.wait(30) == 0
