@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_runtime.sources.base import EndOfSource, Item, Source
+
 FPS = 30
 FRAMES = 90
 SIZE = (640, 480)
@@ -91,3 +93,17 @@ class StreamServer:
             self.process.kill()
             self.process.wait(10)
         self.process = None
+
+
+def read_all(source: Source, timeout: float = 30.0) -> list[Item]:
+    """Everything a finite source delivers, read as a pipeline would, until EndOfSource."""
+    items: list[Item] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            item = source.read(0.5)
+        except EndOfSource:
+            return items
+        if item is not None:
+            items.append(item)
+    raise AssertionError(f"{source.name} did not end within {timeout} s ({len(items)} items read)")

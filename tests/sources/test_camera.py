@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rtsp_relay import RtspRelay
-from source_media import FRAMES, StreamServer
+from source_media import FRAMES, StreamServer, read_all
 
 from edge_runtime.errors import ConfigError
 from edge_runtime.sources import make_source
@@ -25,19 +25,6 @@ from edge_runtime.sources.camera import (
 from edge_runtime.sources.configs import FileSource, MotionGate, Reconnect, StreamSource, V4l2Source
 
 FrameNumber = Callable[[np.ndarray], int]
-
-
-def read_all(source: CameraSource, timeout: float = 30.0) -> list[Frame]:
-    frames: list[Frame] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            frame = source.read(0.5)
-        except EndOfSource:
-            return frames
-        if frame is not None:
-            frames.append(frame)
-    raise AssertionError(f"the source did not end within {timeout} s ({len(frames)} frames read)")
 
 
 def file_source(path: Path, **fields: object) -> CameraSource:

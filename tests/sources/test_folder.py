@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
+from source_media import read_all
 
 from edge_runtime.errors import ConfigError
 from edge_runtime.sources import make_source
-from edge_runtime.sources.base import EndOfSource, Frame
+from edge_runtime.sources.base import Frame
 from edge_runtime.sources.configs import FolderSource
 from edge_runtime.sources.folder import ImageFolderSource
 
@@ -40,19 +40,6 @@ def folder_source(path: Path, **fields: object) -> ImageFolderSource:
     return source
 
 
-def read_until_end(source: ImageFolderSource) -> list[Frame]:
-    frames = []
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            frame = source.read(0.5)
-        except EndOfSource:
-            return frames
-        if frame is not None:
-            frames.append(frame)
-    raise AssertionError("the folder source did not end")
-
-
 def test_once_in_natural_order_skipping_an_unreadable_file(
     photo_folder: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -60,7 +47,7 @@ def test_once_in_natural_order_skipping_an_unreadable_file(
     source = folder_source(photo_folder)
     source.start()
     try:
-        frames = read_until_end(source)
+        frames = read_all(source)
     finally:
         source.close()
     assert [corner(frame) for frame in frames] == [1, 2, 10]
@@ -97,6 +84,6 @@ def test_empty_folder_ends_at_once(tmp_path: Path) -> None:
     source = folder_source(tmp_path)
     source.start()
     try:
-        assert read_until_end(source) == []
+        assert read_all(source) == []
     finally:
         source.close()

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from source_media import read_all
 
 from edge_runtime.errors import ConfigError
 from edge_runtime.sources import make_source
-from edge_runtime.sources.base import EndOfSource, Window
 from edge_runtime.sources.configs import ReplaySource
 from edge_runtime.sources.replay import ReplaySensor
 
@@ -22,19 +22,6 @@ def replay(path: Path, length: int, stride: int, channels: int, **fields: object
     source = make_source(config, "recording")
     assert isinstance(source, ReplaySensor)
     return source
-
-
-def read_all(source: ReplaySensor) -> list[Window]:
-    windows = []
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            window = source.read(1.0)
-        except EndOfSource:
-            return windows
-        if window is not None:
-            windows.append(window)
-    raise AssertionError("the replay did not end")
 
 
 def expected(samples: np.ndarray, length: int, stride: int) -> list[np.ndarray]:
