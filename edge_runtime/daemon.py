@@ -49,7 +49,9 @@ def run_daemon(args: argparse.Namespace) -> int:
     faulthandler.enable(all_threads=True)  # a watchdog abort then leaves every thread's stack in the journal
     config = load_config(args.config)
     logging.getLogger().setLevel(config.log_level.upper())
-    daemon = Daemon(config, args.config, look_at_box(args.root, args.profiles), exit_when_done=args.exit_when_done)
+    daemon = Daemon(
+        config, args.config, look_at_box(args.root, args.profiles, isolated=True), exit_when_done=args.exit_when_done
+    )
     return daemon.run()
 
 

@@ -31,8 +31,9 @@ class Box:
     match: ProfileMatch
 
 
-def look_at_box(root: Path | str = "/", profile_dirs: Sequence[Path] = ()) -> Box:
-    hardware = detect(root)
+def look_at_box(root: Path | str = "/", profile_dirs: Sequence[Path] = (), isolated: bool = False) -> Box:
+    """The box's hardware and matching profile; `isolated` keeps unused backend libraries out of this process."""
+    hardware = detect(root, isolated=isolated)
     return Box(hardware=hardware, match=match_profile(hardware, load_profiles(profile_dirs)))
 
 

@@ -34,13 +34,23 @@ from edge_runtime.hardware.facts import Hardware, NvidiaGpu, OpenVinoDevice
 NVIDIA_SMI_TIMEOUT_S = 10.0
 
 
-def detect(root: Path | str = "/", probe_libraries: bool = True) -> Hardware:
-    """Everything known about the box: devices from the filesystem, plus what each library can use."""
+def detect(root: Path | str = "/", probe_libraries: bool = True, isolated: bool = False) -> Hardware:
+    """Everything known about the box: devices from the filesystem, plus what each library can use.
+
+    `isolated` asks the libraries from a child process, so that this process imports none of them.
+    """
     hardware = detect_devices(root)
     if not probe_libraries:
         return hardware
-    statuses = probe_backend_libraries()
-    return replace(hardware, libraries=statuses, openvino_devices=openvino_devices(statuses.get("openvino")))
+    probed = None
+    if isolated:
+        from edge_runtime.hardware.library_probe import probe_in_child
+
+        probed = probe_in_child()
+    if probed is None:
+        statuses = probe_backend_libraries()
+        probed = (statuses, openvino_devices(statuses.get("openvino")))
+    return replace(hardware, libraries=probed[0], openvino_devices=probed[1])
 
 
 def detect_devices(root: Path | str = "/") -> Hardware:

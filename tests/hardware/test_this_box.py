@@ -11,6 +11,7 @@ from pathlib import Path
 from edge_runtime.hardware import NvidiaGpu, detect, detect_devices
 from edge_runtime.hardware.cpu import normalise_arch, normalise_flags
 from edge_runtime.hardware.detect import merge_nvidia_smi, parse_nvidia_smi
+from edge_runtime.hardware.library_probe import encode
 
 
 def raw_cpu_flags() -> set[str]:
@@ -86,3 +87,22 @@ def test_nvidia_smi_rows_join_procfs_gpus_by_bus() -> None:
 def test_nvidia_smi_garbage_is_ignored() -> None:
     assert parse_nvidia_smi("NVIDIA-SMI has failed because it couldn't communicate with the driver.\n") == []
     assert parse_nvidia_smi("00000000:17:00.0, NVIDIA L4, [N/A]\n") == [("00000000:17:00.0", "NVIDIA L4", None)]
+
+
+def test_libraries_probed_in_a_child_process_match_and_stay_out_of_this_one() -> None:
+
+    code = (
+        "import sys\n"
+        "from edge_runtime.hardware import detect\n"
+        "from edge_runtime.hardware.library_probe import encode\n"
+        "import json\n"
+        "box = detect(isolated=True)\n"
+        "loaded = [m for m in ('openvino', 'onnxruntime', 'ai_edge_litert') if m in sys.modules]\n"
+        "print(json.dumps({'loaded': loaded, 'probed': encode((dict(box.libraries), box.openvino_devices))}))\n"
+    )
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    report = json.loads(child.stdout)
+    assert report["loaded"] == []
+    here = detect()
+    assert report["probed"] == json.loads(json.dumps(encode((dict(here.libraries), here.openvino_devices))))
+    assert report["probed"]["libraries"]["openvino"]["available"] is True
