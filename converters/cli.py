@@ -1,0 +1,152 @@
+"""`edge-convert`: turn a trained model into a model package of measured variants.
+
+Exit status: 0 when the package was written (flagged variants included: the report says which not to
+ship), 1 when no variant could be built, 2 for bad input (one line on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from converters.context import QuantizationSettings
+from converters.describe import InputFlags
+from converters.errors import ConversionError
+from converters.pipeline import ConvertOptions, convert
+from converters.report import ConversionReport, verdict
+from converters.variants import BUILDERS, DEFAULT_VARIANTS
+from edge_runtime.errors import EdgeRuntimeError
+
+EXIT_NO_VARIANT = 1
+EXIT_BAD_INPUT = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edge-convert",
+        description="Convert a model (.onnx, OpenVINO .xml, .tflite) into a model package with fp32, fp16 and "
+        "int8 variants, each checked against the original and measured; writes model.yaml and report.md/json/png.",
+    )
+    parser.add_argument("model", type=Path, help="the trained model file")
+    parser.add_argument("-o", "--output", type=Path, required=True, dest="out_dir", help="package folder to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace the converter's files in a non-empty folder")
+    parser.add_argument("--name", help="model name in the manifest (default: the file's name)")
+    parser.add_argument("--task", help="classification, detection, segmentation, keypoints, regression, anomaly, raw")
+    parser.add_argument("--labels", help="labels file (one per line) or a comma-separated list")
+    parser.add_argument("--decoder", help="output decoder name, e.g. classification, ssd_anchors, yolo")
+    parser.add_argument("--decoder-params", help="decoder parameters as a JSON object")
+    _input_arguments(parser.add_argument_group("input spec (how raw data becomes the input tensor)"))
+    _data_arguments(parser.add_argument_group("calibration and quantization"))
+    parser.add_argument(
+        "--variants",
+        type=_comma_list,
+        default=DEFAULT_VARIANTS,
+        help=f"comma-separated variants to build (default: {','.join(DEFAULT_VARIANTS)})",
+    )
+    parser.add_argument("--drop-threshold", type=float, default=1.0, help="flag variants losing more points than this")
+    parser.add_argument("--bench-seconds", type=float, default=2.0, help="seconds per latency/throughput run; 0 skips")
+    parser.add_argument("--seed", type=int, default=0, help="seed for sample selection and benchmark inputs")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only warnings and the result")
+    return parser
+
+
+def _input_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--input-spec", type=Path, help="YAML with the input spec fields (one mapping per input)")
+    group.add_argument("--layout", choices=["NHWC", "NCHW", "NC", "NTC", "NCT", "ANY"])
+    group.add_argument("--mean", type=_floats, help="per-channel mean, e.g. 127.5 or 123.7,116.3,103.5")
+    group.add_argument("--std", type=_floats, help="per-channel std, e.g. 127.5 or 58.4,57.1,57.4")
+    group.add_argument("--color-order", choices=["RGB", "BGR", "GRAY"])
+    group.add_argument("--resize", choices=["stretch", "letterbox", "crop"])
+
+
+def _data_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--calibration", type=Path, help="image folder, .npy or .npz of preprocessed inputs")
+    group.add_argument("--validation", type=Path, help="ImageFolder tree (a folder per class) or .npz with x and y")
+    group.add_argument("--subset-size", type=int, default=300, help="calibration samples to use (default 300)")
+    group.add_argument("--preset", choices=["performance", "mixed"], default="performance")
+    group.add_argument("--fast-bias-correction", action=argparse.BooleanOptionalAction, default=True)
+    group.add_argument("--ignored-scope", nargs="+", default=[], metavar="PATTERN", help="node-name regexes kept float")
+    group.add_argument("--max-drop", type=float, default=0.01, help="top-1 drop allowed by accuracy control (0.01)")
+
+
+def _comma_list(value: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+def _floats(value: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(item) for item in value.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {value!r}") from None
+
+
+def options_from(args: argparse.Namespace) -> ConvertOptions:
+    if args.subset_size < 1:
+        raise ConversionError("--subset-size must be at least 1")
+    if not 0 < args.max_drop < 1:
+        raise ConversionError("--max-drop is a fraction of top-1 accuracy, between 0 and 1 (e.g. 0.01)")
+    flags = InputFlags(args.layout, args.mean, args.std, args.color_order, args.resize)
+    settings = QuantizationSettings(
+        subset_size=args.subset_size,
+        preset=args.preset,
+        fast_bias_correction=args.fast_bias_correction,
+        ignored_scope=tuple(args.ignored_scope),
+        max_drop=args.max_drop,
+        seed=args.seed,
+    )
+    return ConvertOptions(
+        model=args.model,
+        out_dir=args.out_dir,
+        name=args.name,
+        task=args.task,
+        labels=args.labels,
+        input_spec=args.input_spec,
+        input_flags=flags,
+        calibration=args.calibration,
+        validation=args.validation,
+        settings=settings,
+        variants=args.variants,
+        drop_threshold=args.drop_threshold,
+        bench_seconds=args.bench_seconds,
+        decoder=args.decoder,
+        decoder_params=args.decoder_params,
+        overwrite=args.overwrite,
+    )
+
+
+def summary(report: ConversionReport, out_dir: Path) -> str:
+    width = max(len(vid) for vid in BUILDERS)
+    lines = [f"{r.variant_id:<{width}}  {verdict(r, report.drop_threshold)}" for r in report.variants]
+    where = f"package and report in {out_dir}" if report.package_written else f"no package written; see {out_dir}"
+    return "\n".join([*lines, where])
+
+
+def _log_to_stderr(level: int) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("edge-convert: %(message)s"))
+    logger = logging.getLogger("converters")
+    logger.handlers = [handler]
+    logger.setLevel(level)
+    logger.propagate = False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
+    try:
+        report = convert(options_from(args))
+    except EdgeRuntimeError as error:
+        print(f"edge-convert: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("edge-convert: interrupted", file=sys.stderr)
+        return 130
+    print(summary(report, args.out_dir))
+    return 0 if report.package_written else EXIT_NO_VARIANT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""What every variant builder gets, and what it hands back.
+
+A builder is a function from a `BuildContext` to a `BuiltVariant`; a new output format is a new
+module of builders registered in `converters.variants`, without touching the pipeline.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from converters.calibration import Sample, SampleSet
+from converters.sources import SourceModel
+from edge_runtime.package.manifest import ModelFormat, Precision, Task
+
+
+@dataclass(frozen=True)
+class QuantizationSettings:
+    subset_size: int = 300
+    preset: str = "performance"  # or "mixed": asymmetric activations
+    fast_bias_correction: bool = True
+    ignored_scope: tuple[str, ...] = ()  # regular expressions matched at the start of node names
+    max_drop: float = 0.01  # top-1 drop (fraction) that accuracy-controlled quantization may cost
+    seed: int = 0
+
+    def ignores(self, node_name: str) -> bool:
+        return any(re.match(pattern, node_name) for pattern in self.ignored_scope)
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    source: SourceModel
+    out_dir: Path
+    calibration: SampleSet | None
+    validation: SampleSet | None
+    task: Task
+    settings: QuantizationSettings
+
+    def variant_dir(self, variant_id: str) -> Path:
+        """`openvino/int8` lives in OUT/openvino/int8/, like the packages the runtime ships."""
+        folder = self.out_dir / variant_id
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def relative(self, path: Path) -> str:
+        return path.relative_to(self.out_dir).as_posix()
+
+    @property
+    def accuracy_control(self) -> bool:
+        """Accuracy-controlled quantization needs a labelled validation set and a top-1 metric."""
+        return self.validation is not None and self.validation.labels is not None and self.task is Task.CLASSIFICATION
+
+
+@dataclass(frozen=True)
+class BuiltVariant:
+    format: ModelFormat
+    precision: Precision
+    files: tuple[str, ...]  # relative to the output folder, model file first
+    notes: tuple[str, ...] = ()
+
+
+Builder = Callable[[BuildContext], BuiltVariant]
+
+
+def model_input(sample: Sample) -> np.ndarray | list[np.ndarray]:
+    """A sample as quantizers feed it: the array itself for one input, a list in input order for several."""
+    return sample[0] if len(sample) == 1 else list(sample)
+
+
+def top1_hits(scores: Iterable[np.ndarray], labels: Iterable[int]) -> list[float]:
+    """1.0 where a sample's highest score is its label, else 0.0."""
+    return [float(int(np.argmax(np.asarray(s).reshape(-1))) == int(y)) for s, y in zip(scores, labels, strict=True)]

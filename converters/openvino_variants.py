@@ -1,0 +1,107 @@
+"""OpenVINO IR variants: fp32, fp16-compressed weights, and int8 by NNCF post-training quantization.
+
+With a labelled validation set the int8 variant is quantized with accuracy control: NNCF reverts the
+layers that cost the most top-1 back to float until the drop is within `max_drop`, instead of
+shipping whatever the calibration happened to produce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from converters.context import BuildContext, BuiltVariant, model_input, top1_hits
+from converters.errors import VariantSkippedError
+from converters.progress import step
+from edge_runtime.package.manifest import ModelFormat, Precision
+
+
+def build_fp32(ctx: BuildContext) -> BuiltVariant:
+    step("openvino/fp32: converting")
+    return _save(ctx, ctx.source.openvino_model(), "openvino/fp32", Precision.FP32, compress=False)
+
+
+def build_fp16(ctx: BuildContext) -> BuiltVariant:
+    step("openvino/fp16: converting with fp16 weights")
+    built = _save(ctx, ctx.source.openvino_model(), "openvino/fp16", Precision.FP16, compress=True)
+    note = "fp16 weights; the CPU plugin computes them in fp32, GPU and NPU in fp16"
+    return BuiltVariant(built.format, built.precision, built.files, (note,))
+
+
+def build_int8(ctx: BuildContext) -> BuiltVariant:
+    import nncf
+
+    if ctx.calibration is None:
+        raise VariantSkippedError("int8 needs calibration data: give --calibration")
+    settings = ctx.settings
+    calibration = nncf.Dataset(ctx.calibration.samples, model_input)
+    common: dict[str, Any] = {
+        "preset": nncf.QuantizationPreset(settings.preset),
+        "subset_size": min(settings.subset_size, len(ctx.calibration)),
+        "fast_bias_correction": settings.fast_bias_correction,
+        "ignored_scope": nncf.IgnoredScope(patterns=list(settings.ignored_scope)) if settings.ignored_scope else None,
+    }
+    notes = [
+        f"NNCF {nncf.__version__} post-training quantization: preset {settings.preset}, "
+        f"{common['subset_size']} calibration samples, fast bias correction {settings.fast_bias_correction}"
+    ]
+    if settings.ignored_scope:
+        notes.append("kept in float: nodes matching " + ", ".join(settings.ignored_scope))
+    model = float32_weights(ctx.source.openvino_model())
+    if ctx.accuracy_control and ctx.validation is not None and ctx.validation.labels is not None:
+        step(f"openvino/int8: quantizing with accuracy control (max drop {settings.max_drop:.2%} top-1)")
+        items = list(zip(ctx.validation.samples, ctx.validation.labels.tolist(), strict=True))
+        validation = nncf.Dataset(items, lambda item: model_input(item[0]))
+        quantized = nncf.quantize_with_accuracy_control(
+            model,
+            calibration,
+            validation,
+            _validate_top1,
+            max_drop=settings.max_drop,
+            drop_type=nncf.DropType.ABSOLUTE,
+            **common,
+        )
+        notes.append(f"accuracy control: max top-1 drop {settings.max_drop:.2%} on {len(items)} validation samples")
+    else:
+        step(f"openvino/int8: quantizing with NNCF ({common['subset_size']} calibration samples)")
+        quantized = nncf.quantize(model, calibration, **common)
+    built = _save(ctx, quantized, "openvino/int8", Precision.INT8, compress=False)
+    return BuiltVariant(built.format, built.precision, built.files, tuple(notes))
+
+
+def float32_weights(model: Any) -> Any:
+    """Fold fp16 weights stored with a Convert to f32 (as TFLite models arrive) into plain f32 constants.
+
+    NNCF puts its weight quantizers after such a Convert, where saving cannot fold them into int8
+    constants: the int8 model would keep its fp16 weights and come out larger than the fp32 one.
+    """
+    import numpy as np
+    import openvino as ov
+
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "Convert" or op.get_output_element_type(0) != ov.Type.f32:
+            continue
+        weights = op.input_value(0).get_node()
+        if weights.get_type_name() == "Constant" and weights.get_element_type() == ov.Type.f16:
+            op.output(0).replace(ov.op.Constant(np.asarray(weights.get_data(), dtype=np.float32)).output(0))
+    model.validate_nodes_and_infer_types()
+    return model
+
+
+def _validate_top1(compiled: Any, items: Iterable[tuple[Any, int]]) -> tuple[float, list[float]]:
+    """NNCF's validation function: top-1 of a compiled model, with each item's hit so NNCF can rank layers."""
+    scores, labels = [], []
+    output = compiled.outputs[0]
+    for inputs, label in items:
+        scores.append(compiled(model_input(inputs))[output])
+        labels.append(label)
+    hits = top1_hits(scores, labels)
+    return (sum(hits) / len(hits) if hits else 0.0), hits
+
+
+def _save(ctx: BuildContext, model: Any, variant_id: str, precision: Precision, compress: bool) -> BuiltVariant:
+    import openvino as ov
+
+    xml = ctx.variant_dir(variant_id) / "model.xml"
+    ov.save_model(model, str(xml), compress_to_fp16=compress)
+    return BuiltVariant(ModelFormat.OPENVINO, precision, (ctx.relative(xml), ctx.relative(xml.with_suffix(".bin"))))

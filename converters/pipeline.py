@@ -1,0 +1,276 @@
+"""The conversion from start to end: read the model and data, build the variants, measure, package, report.
+
+Bad input (model, data, flags) stops the conversion before anything is built. After that, a variant
+that fails to build or to run does not stop the others: its error goes into the report, and the
+package holds only the variants that loaded and ran through the runtime.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from converters.calibration import SampleSet, load_calibration, load_validation, synthetic_samples
+from converters.context import BuildContext, QuantizationSettings
+from converters.describe import (
+    InputFlags,
+    build_input_specs,
+    model_tensors,
+    parse_decoder,
+    parse_labels,
+    parse_task,
+)
+from converters.errors import ConversionError, VariantSkippedError
+from converters.evaluate import (
+    describe_reference,
+    load_reference,
+    load_variant,
+    measure_speed,
+    run_outputs,
+    weight_sparsity,
+)
+from converters.metrics import Accuracy, RunOutputs, accuracy, agreement, drop_of
+from converters.progress import Warnings, log, step
+from converters.report import REPORT_FILES, ConversionReport, VariantResult, write_report
+from converters.sources import SourceModel, detect_source, first_line
+from converters.variants import BUILDERS, DEFAULT_VARIANTS, RUNS_ON, check_variant_ids
+from edge_runtime.package.loader import ModelPackage, open_package
+from edge_runtime.package.manifest import MANIFEST_NAME, SCHEMA_VERSION, InputSpec, Manifest, Precision, Task, Variant
+from edge_runtime.package.writer import describe_variant, write_package
+
+SYNTHETIC_SAMPLES = 16
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    model: Path
+    out_dir: Path
+    name: str | None = None
+    task: str | None = None
+    labels: str | None = None
+    input_spec: Path | None = None
+    input_flags: InputFlags = field(default_factory=InputFlags)
+    calibration: Path | None = None
+    validation: Path | None = None
+    settings: QuantizationSettings = field(default_factory=QuantizationSettings)
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
+    drop_threshold: float = 1.0
+    bench_seconds: float = 2.0
+    decoder: str | None = None
+    decoder_params: str | None = None
+    overwrite: bool = False
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything read and checked before the first variant is built."""
+
+    source: SourceModel
+    specs: tuple[InputSpec, ...]
+    manifest_fields: dict[str, Any]
+    calibration: SampleSet | None
+    validation: SampleSet | None
+    task: Task
+    settings_seed: int
+
+
+def convert(options: ConvertOptions) -> ConversionReport:
+    """Convert, measure and package; returns the report (also written to the output folder)."""
+    warnings = Warnings()
+    variant_ids = check_variant_ids(options.variants)
+    inputs = read_inputs(options, warnings)
+    prepare_out_dir(options.out_dir, options.overwrite, inputs.source.path)
+    eval_set = evaluation_set(inputs, warnings)
+    labels = eval_set.labels if inputs.task is Task.CLASSIFICATION else None
+    reference_outputs, reference_label = run_reference(inputs.source, eval_set, warnings)
+    ctx = BuildContext(
+        inputs.source, options.out_dir, inputs.calibration, inputs.validation, inputs.task, options.settings
+    )
+    results = [build_variant(ctx, variant_id) for variant_id in variant_ids]
+    reference_accuracy = accuracy(reference_outputs, labels) if labels is not None else None
+    report = ConversionReport(
+        name=str(inputs.manifest_fields["name"]),
+        source=inputs.source.label,
+        reference=reference_label,
+        evaluated_on=eval_set.origin,
+        calibration=inputs.calibration.origin if inputs.calibration else "none",
+        settings=options.settings,
+        drop_threshold=options.drop_threshold,
+        bench_seconds=options.bench_seconds,
+        reference_accuracy=reference_accuracy,
+        warnings=warnings.items,
+        variants=results,
+    )
+    package = _package_in_memory(options.out_dir, results, inputs.manifest_fields)
+    for result in results:
+        if result.status == "ok" and package is not None:
+            evaluate_variant(package, result, reference_outputs, eval_set, labels, reference_accuracy, options)
+    report.package_written = _write_manifest(options.out_dir, results, inputs.manifest_fields)
+    write_report(report, options.out_dir)
+    return report
+
+
+def evaluation_set(inputs: Inputs, warnings: Warnings) -> SampleSet:
+    """Validation data where given (it is labelled), else the calibration data, else synthetic inputs."""
+    if inputs.validation is not None:
+        return inputs.validation
+    if inputs.calibration is not None:
+        return inputs.calibration
+    warnings.add("no calibration or validation data: agreement was measured on synthetic inputs")
+    return synthetic_samples(inputs.specs, SYNTHETIC_SAMPLES, inputs.settings_seed)
+
+
+def run_reference(source: SourceModel, eval_set: SampleSet, warnings: Warnings) -> tuple[RunOutputs, str]:
+    """The source model's outputs on the evaluation set, on its own runtime: what every variant is held to."""
+    reference = load_reference(source, warnings)
+    try:
+        step(f"reference {describe_reference(source, reference)}: running {len(eval_set)} samples")
+        return run_outputs(reference, eval_set.samples), describe_reference(source, reference)
+    finally:
+        reference.close()
+
+
+def read_inputs(options: ConvertOptions, warnings: Warnings) -> Inputs:
+    source = detect_source(options.model)
+    tensors, outputs = model_tensors(source)
+    specs = build_input_specs(tensors, options.input_spec, options.input_flags)
+    names = [t.name for t in tensors]
+    labels = parse_labels(options.labels)
+    validation = None
+    if options.validation is not None:
+        step(f"reading validation data {options.validation}")
+        validation = load_validation(options.validation, specs, names, labels)
+        labels = labels or validation.class_names
+    task = parse_task(options.task, labelled=bool(labels) or (validation is not None and validation.labels is not None))
+    decoder = parse_decoder(options.decoder, options.decoder_params, labels)
+    calibration = None
+    if options.calibration is not None:
+        step(f"reading calibration data {options.calibration}")
+        settings = options.settings
+        calibration = load_calibration(options.calibration, specs, names, settings.subset_size, settings.seed, warnings)
+    if any(p is not None and p.is_dir() for p in (options.calibration, options.validation)):
+        spec = specs[0]
+        if spec.color_order is None and spec.mean is None and spec.std is None:
+            warnings.add(
+                "images are fed as OpenCV reads them (BGR, 0-255): no --color-order, --mean or --std was given"
+            )
+    fields: dict[str, Any] = {
+        "name": options.name or _default_name(source.path),
+        "task": task,
+        "description": f"Converted from {source.path.name} by edge-convert",
+        "inputs": specs,
+        "output_names": tuple(t.name for t in outputs),
+        "labels": labels,
+        "decoder": decoder,
+    }
+    return Inputs(source, specs, fields, calibration, validation, task, options.settings.seed)
+
+
+def _default_name(path: Path) -> str:
+    """The file's name, or for packaged files (`face/tflite/fp32/model.tflite`) the package folder's name."""
+    if path.stem != "model":
+        return path.stem
+    layout_folders = {*RUNS_ON, *(p.value for p in Precision)}
+    folder = next((p.name for p in path.resolve().parents if p.name not in layout_folders), "")
+    return folder or path.stem
+
+
+def prepare_out_dir(out_dir: Path, overwrite: bool, source: Path) -> None:
+    """Refuse to mix with an existing folder's files, unless asked; then remove only what the converter writes."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConversionError(f"output {out_dir} exists and is not a folder")
+    for variant_id in BUILDERS:
+        if source.resolve().is_relative_to((out_dir / variant_id).resolve()):
+            raise ConversionError(f"the model {source} lies in {out_dir / variant_id}, which the conversion rewrites")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        if not overwrite:
+            raise ConversionError(f"output folder {out_dir} is not empty; choose another or pass --overwrite")
+        for variant_id in BUILDERS:
+            shutil.rmtree(out_dir / variant_id, ignore_errors=True)
+        for name in (MANIFEST_NAME, *REPORT_FILES):
+            (out_dir / name).unlink(missing_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def build_variant(ctx: BuildContext, variant_id: str) -> VariantResult:
+    result = VariantResult(variant_id)
+    try:
+        result.built = BUILDERS[variant_id](ctx)
+    except VariantSkippedError as skipped:
+        result.fail("skipped", skipped.reason)
+        step(f"{variant_id}: skipped: {skipped.reason}")
+    except Exception as error:
+        log.debug("building %s failed", variant_id, exc_info=True)
+        result.fail("failed", f"{type(error).__name__}: {first_line(error)}")
+        step(f"{variant_id}: failed: {result.message}")
+    else:
+        files = [ctx.out_dir / f for f in result.built.files]
+        result.size_bytes = sum(f.stat().st_size for f in files)
+        result.sparsity = weight_sparsity(files[0], result.built.format)
+    return result
+
+
+def _variants(out_dir: Path, results: list[VariantResult], accuracy_fields: bool) -> dict[str, Variant]:
+    variants: dict[str, Variant] = {}
+    for result in results:
+        if result.status != "ok" or result.built is None:
+            continue
+        built = result.built
+        extra = {"accuracy": result.manifest_accuracy()} if accuracy_fields else {}
+        variants[result.variant_id] = describe_variant(
+            out_dir, built.files, built.format, built.precision, sparsity=round(result.sparsity or 0.0, 6), **extra
+        )
+    return variants
+
+
+def _package_in_memory(out_dir: Path, results: list[VariantResult], fields: dict[str, Any]) -> ModelPackage | None:
+    """The package as it will be written, to load the variants through the runtime before the manifest exists."""
+    variants = _variants(out_dir, results, accuracy_fields=False)
+    if not variants:
+        return None
+    manifest = Manifest(schema_version=SCHEMA_VERSION, variants=variants, **fields)
+    return ModelPackage(root=out_dir, manifest=manifest)
+
+
+def evaluate_variant(
+    package: ModelPackage,
+    result: VariantResult,
+    reference: RunOutputs,
+    eval_set: SampleSet,
+    labels: np.ndarray | None,
+    reference_accuracy: Accuracy | None,
+    options: ConvertOptions,
+) -> None:
+    """Agreement, accuracy and speed of one variant; a variant that does not load or run is failed."""
+    try:
+        model = load_variant(package, result.variant_id)
+    except Exception as error:
+        result.fail("failed", f"does not load in the runtime: {first_line(error)}")
+        return
+    try:
+        step(f"{result.variant_id}: running {len(eval_set)} samples on {model.label}")
+        outputs = run_outputs(model, eval_set.samples)
+        result.agreement = agreement(reference, outputs, classification=package.manifest.task is Task.CLASSIFICATION)
+        result.accuracy = accuracy(outputs, labels) if labels is not None else None
+        result.drop = drop_of(reference_accuracy, result.accuracy, result.agreement)
+        result.flagged = result.drop.points > options.drop_threshold
+        if options.bench_seconds > 0:
+            result.speed = measure_speed(model, options.bench_seconds, options.settings.seed)
+    except Exception as error:
+        log.debug("evaluating %s failed", result.variant_id, exc_info=True)
+        result.fail("failed", f"does not run in the runtime: {type(error).__name__}: {first_line(error)}")
+    finally:
+        model.close()
+
+
+def _write_manifest(out_dir: Path, results: list[VariantResult], fields: dict[str, Any]) -> bool:
+    variants = _variants(out_dir, results, accuracy_fields=True)
+    if not variants:
+        return False
+    write_package(out_dir, variants, **fields)
+    open_package(out_dir)  # reads back what was written: the manifest parses and names existing files
+    return True

@@ -1,0 +1,193 @@
+"""The conversion report: one row per variant, written as report.md, report.json and report.png.
+
+The report is where a person decides what to ship, so every variant the user asked for has a row,
+including the ones that failed or were skipped (with why), and a variant that lost more than the
+threshold is flagged "do not ship" rather than left for the reader to spot.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from converters.context import BuiltVariant, QuantizationSettings
+from converters.evaluate import Speed
+from converters.metrics import Accuracy, Agreement, Drop
+
+REPORT_FILES = ("report.md", "report.json", "report.png")
+
+
+@dataclass
+class VariantResult:
+    variant_id: str
+    status: str = "ok"  # ok, failed or skipped
+    message: str = ""
+    built: BuiltVariant | None = None
+    size_bytes: int | None = None
+    sparsity: float | None = None
+    agreement: Agreement | None = None
+    accuracy: Accuracy | None = None
+    drop: Drop | None = None
+    speed: Speed | None = None
+    flagged: bool = False
+
+    def fail(self, status: str, message: str) -> None:
+        self.status, self.message = status, message
+
+    def manifest_accuracy(self) -> dict[str, float]:
+        """What the package's manifest records about this variant's accuracy."""
+        values: dict[str, float] = {}
+        if self.accuracy is not None:
+            values["top1"] = round(self.accuracy.top1, 6)
+            if self.accuracy.top5 is not None:
+                values["top5"] = round(self.accuracy.top5, 6)
+        if self.agreement is not None:
+            values["cosine_vs_fp32"] = round(self.agreement.cosine, 6)
+            if self.agreement.top1_agreement is not None:
+                values["top1_agreement_vs_fp32"] = round(self.agreement.top1_agreement, 6)
+        if self.drop is not None:
+            values["drop_points"] = round(self.drop.points, 4)
+        return values
+
+
+@dataclass
+class ConversionReport:
+    name: str
+    source: str
+    reference: str
+    evaluated_on: str
+    calibration: str
+    settings: QuantizationSettings
+    drop_threshold: float
+    bench_seconds: float
+    reference_accuracy: Accuracy | None = None
+    warnings: list[str] = field(default_factory=list)
+    variants: list[VariantResult] = field(default_factory=list)
+    package_written: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for row, result in zip(data["variants"], self.variants, strict=True):
+            row["notes"] = list(result.built.notes) if result.built else []
+            row.pop("built")
+            row["files"] = list(result.built.files) if result.built else []
+            if result.agreement is not None:
+                row["agreement"].update(
+                    max_abs_error=result.agreement.max_abs_error,
+                    mean_abs_error=result.agreement.mean_abs_error,
+                    cosine=result.agreement.cosine,
+                )
+        return data
+
+
+def write_report(report: ConversionReport, out_dir: Path) -> None:
+    (out_dir / "report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    (out_dir / "report.md").write_text(markdown(report), encoding="utf-8")
+    plot(report, out_dir / "report.png")
+
+
+def verdict(result: VariantResult, threshold: float) -> str:
+    if result.status != "ok":
+        return f"{result.status}: {result.message}"
+    if result.flagged and result.drop is not None:
+        return f"FLAG: do not ship (drop {result.drop.points:.2f} > {threshold:g} points)"
+    return "ok"
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _size(size: int | None) -> str:
+    return "–" if size is None else f"{size / 1024:.1f} KiB" if size < 1 << 20 else f"{size / (1 << 20):.2f} MiB"
+
+
+def _row(result: VariantResult, threshold: float) -> str:
+    agreed, acc, speed = result.agreement, result.accuracy, result.speed
+    cells = [
+        f"`{result.variant_id}`",
+        _size(result.size_bytes),
+        _num(None if result.sparsity is None else 100 * result.sparsity, ".1f"),
+        _num(None if acc is None else 100 * acc.top1, ".2f"),
+        _num(None if acc is None or acc.top5 is None else 100 * acc.top5, ".2f"),
+        _num(None if result.drop is None else result.drop.points, ".2f"),
+        _num(None if agreed is None else agreed.cosine, ".5f"),
+        _num(None if agreed is None else agreed.max_abs_error, ".3g"),
+        _num(None if agreed is None else agreed.mean_abs_error, ".3g"),
+        _num(None if speed is None else speed.latency.median_ms, ".3f"),
+        _num(None if speed is None else speed.latency.p90_ms, ".3f"),
+        _num(None if speed is None else speed.throughput.throughput_fps, ".1f"),
+        verdict(result, threshold).replace("|", "\\|"),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def markdown(report: ConversionReport) -> str:
+    s = report.settings
+    lines = [
+        f"# Conversion report: {report.name}",
+        "",
+        f"- Source: {report.source}",
+        f"- Reference (fp32): {report.reference}",
+        f"- Evaluated on: {report.evaluated_on}",
+        f"- Calibration: {report.calibration}",
+        f"- Quantization: preset {s.preset}, subset size {s.subset_size}, fast bias correction "
+        f"{s.fast_bias_correction}, ignored scope {', '.join(s.ignored_scope) or 'none'}, max drop "
+        f"{s.max_drop:g} (with a labelled validation set), seed {s.seed}",
+        f"- Flag threshold: drop over {report.drop_threshold:g} points; speed measured for {report.bench_seconds:g} s "
+        "per figure on this machine's CPU",
+    ]
+    if report.reference_accuracy is not None:
+        ref = report.reference_accuracy
+        top5 = f", top-5 {100 * ref.top5:.2f}%" if ref.top5 is not None else ""
+        lines.append(f"- Reference accuracy: top-1 {100 * ref.top1:.2f}%{top5}")
+    lines += [
+        "",
+        "## Variants",
+        "",
+        "| Variant | Size | Sparsity % | Top-1 % | Top-5 % | Drop (points) | Cosine | Max abs err | Mean abs err "
+        "| Latency median (ms) | Latency p90 (ms) | Throughput (fps) | Verdict |",
+        "|" + "---|" * 13,
+    ]
+    lines += [_row(result, report.drop_threshold) for result in report.variants]
+    drops = {r.drop.metric for r in report.variants if r.drop is not None}
+    lines += ["", "Drop: " + "; ".join(sorted(drops)) if drops else "Drop: not measured", ""]
+    notes = [f"- `{r.variant_id}`: {note}" for r in report.variants if r.built for note in r.built.notes]
+    if notes:
+        lines += ["## Notes", "", *notes, ""]
+    if report.warnings:
+        lines += ["## Warnings", "", *(f"- {w}" for w in report.warnings), ""]
+    if not report.package_written:
+        lines += ["**No variant was built: no package was written.**", ""]
+    return "\n".join(lines)
+
+
+def plot(report: ConversionReport, path: Path) -> None:
+    """Quality against latency, marker area by file size; flagged variants in red."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in report.variants if r.status == "ok" and r.speed is not None and r.drop is not None]
+    labelled = all(r.accuracy is not None for r in rows) and bool(rows)
+    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
+    largest = max((r.size_bytes or 0 for r in rows), default=0) or 1
+    for r in rows:
+        assert r.speed is not None and r.drop is not None
+        quality = 100 * r.accuracy.top1 if labelled and r.accuracy is not None else 100 - r.drop.points
+        area = 40 + 400 * (r.size_bytes or 0) / largest
+        color = "tab:red" if r.flagged else "tab:blue"
+        axes.scatter(r.speed.latency.median_ms, quality, s=area, c=color, alpha=0.6, edgecolors="black")
+        axes.annotate(r.variant_id, (r.speed.latency.median_ms, quality), textcoords="offset points", xytext=(6, 6))
+    axes.set_xlabel("median latency (ms, CPU)")
+    axes.set_ylabel("top-1 accuracy (%)" if labelled else "agreement with fp32 (100 - drop)")
+    axes.set_title(f"{report.name}: variants (marker area = file size, red = do not ship)")
+    if not rows:
+        axes.text(0.5, 0.5, "no variant was measured", ha="center", va="center", transform=axes.transAxes)
+    axes.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)

@@ -1,0 +1,134 @@
+"""What kind of model the user handed in, and refusing the kinds that are unsafe to open.
+
+Formats are told apart by content as well as by suffix, because a pickle renamed to `.onnx` is still
+a pickle: loading a pickle runs whatever code its author put in it, so the converter never loads one.
+A format is supported once it has a reader here; the variant builders ask a `SourceModel` for an
+OpenVINO model or an ONNX file and never look at the original format themselves.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from converters.errors import ConversionError, VariantSkippedError
+
+
+class SourceKind(str, Enum):
+    ONNX = "onnx"
+    OPENVINO = "openvino"
+    TFLITE = "tflite"
+
+
+SUFFIXES = {".onnx": SourceKind.ONNX, ".xml": SourceKind.OPENVINO, ".tflite": SourceKind.TFLITE}
+PICKLE_SUFFIXES = frozenset({".pkl", ".pickle", ".joblib", ".pt", ".pth", ".ckpt", ".dill"})
+NOT_YET = {
+    ".keras": "Keras models",
+    ".h5": "Keras HDF5 models",
+    ".pt2": "torch.export programs",
+}
+HOW_TO_EXPORT = (
+    "export the model to ONNX, which holds only the graph and weights, and convert the .onnx file: "
+    "torch.onnx.export(model, example, 'model.onnx') for PyTorch (torch.export and TorchScript archives "
+    "also avoid pickled code), tf2onnx for Keras"
+)
+# Protocol 2+ pickles start with the PROTO opcode; zip archives with a data.pkl are torch.save files.
+_PICKLE_MAGIC = b"\x80"
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+@dataclass(frozen=True)
+class SourceModel:
+    path: Path
+    kind: SourceKind
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind.value} model {self.path}"
+
+    def openvino_model(self) -> Any:
+        """A fresh `openvino.Model` of the source (each caller may modify its copy)."""
+        import openvino as ov
+
+        try:
+            if self.kind is SourceKind.OPENVINO:
+                return ov.Core().read_model(str(self.path))
+            return ov.convert_model(str(self.path))
+        except Exception as error:
+            raise ConversionError(f"OpenVINO cannot read {self.label}: {first_line(error)}") from None
+
+    def onnx_file(self) -> Path:
+        """The source as an ONNX file, for the ONNX Runtime variants."""
+        if self.kind is SourceKind.ONNX:
+            return self.path
+        if self.kind is SourceKind.TFLITE:
+            raise VariantSkippedError(
+                "ONNX variants from a TFLite model need tf2onnx (python -m tf2onnx.convert --tflite), "
+                "which this converter does not run yet; convert the original model to ONNX instead"
+            )
+        raise VariantSkippedError("OpenVINO IR cannot be converted back to ONNX; convert from the original ONNX model")
+
+
+def first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+def detect_source(path: Path) -> SourceModel:
+    """The model at `path`, refusing pickles and naming what to do for formats not read here."""
+    if not path.exists():
+        raise ConversionError(f"model not found: {path}")
+    if path.is_dir():
+        if (path / "saved_model.pb").exists():
+            raise ConversionError(f"{path} is a TensorFlow SavedModel, which this converter does not read yet")
+        raise ConversionError(f"{path} is a directory; give the model file (.onnx, .xml, .tflite)")
+    suffix = path.suffix.lower()
+    if _is_torchscript(path):
+        raise ConversionError(f"{path}: TorchScript models are not read by this converter yet; {HOW_TO_EXPORT}")
+    if suffix in PICKLE_SUFFIXES or _is_pickle(path):
+        raise ConversionError(_pickle_refusal(path))
+    if suffix in NOT_YET:
+        raise ConversionError(f"{path}: {NOT_YET[suffix]} are not read by this converter yet; {HOW_TO_EXPORT}")
+    if suffix not in SUFFIXES:
+        known = ", ".join(SUFFIXES)
+        raise ConversionError(f"{path}: unknown model format {suffix or '(no suffix)'}; the converter reads {known}")
+    if SUFFIXES[suffix] is SourceKind.OPENVINO and not path.with_suffix(".bin").exists():
+        raise ConversionError(f"{path}: the OpenVINO IR weights {path.with_suffix('.bin').name} are missing beside it")
+    return SourceModel(path=path, kind=SUFFIXES[suffix])
+
+
+def _head(path: Path) -> bytes:
+    with path.open("rb") as stream:
+        return stream.read(4)
+
+
+def _zip_names(path: Path) -> list[str]:
+    if _head(path) != _ZIP_MAGIC:
+        return []
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.namelist()
+    except zipfile.BadZipFile:
+        return []
+
+
+def _is_torchscript(path: Path) -> bool:
+    """TorchScript archives keep their code as source text and load it without unpickling arbitrary objects."""
+    return any("/code/" in name or name.endswith("constants.pkl") for name in _zip_names(path))
+
+
+def _is_pickle(path: Path) -> bool:
+    head = _head(path)
+    if head[:1] == _PICKLE_MAGIC and len(head) > 1 and 2 <= head[1] <= 5:
+        return True
+    return any(name.endswith(".pkl") for name in _zip_names(path))
+
+
+def _pickle_refusal(path: Path) -> str:
+    return (
+        f"{path} is a Python pickle (torch.save / pickle / joblib); refusing to load it, because unpickling "
+        f"runs arbitrary code from the file; {HOW_TO_EXPORT}"
+    )

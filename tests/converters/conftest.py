@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from converters.pipeline import ConvertOptions, convert
+from converters.report import ConversionReport
+
+TINY_LABELS = ",".join(f"class{i}" for i in range(10))
+
+
+@pytest.fixture(scope="session")
+def tiny_calibration(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """64 preprocessed inputs for the tiny classifier, (N, 3, 32, 32) float32."""
+    path = tmp_path_factory.mktemp("calib") / "calibration.npy"
+    np.save(path, np.random.default_rng(7).normal(0.0, 1.0, (64, 3, 32, 32)).astype(np.float32))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_conversion(
+    tiny_onnx: Path, tiny_calibration: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[ConversionReport, Path]:
+    """The tiny ONNX classifier converted to every variant this converter builds."""
+    out_dir = tmp_path_factory.mktemp("tiny_package")
+    options = ConvertOptions(
+        model=tiny_onnx, out_dir=out_dir, labels=TINY_LABELS, calibration=tiny_calibration, bench_seconds=0.05
+    )
+    return convert(options), out_dir

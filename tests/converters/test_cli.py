@@ -1,0 +1,128 @@
+"""`edge-convert` as users run it: exit status 2 and one line for bad input, a package and a summary otherwise."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from converters.cli import build_parser, options_from
+from converters.errors import ConversionError
+from edge_runtime.package.loader import open_package
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "converters.cli", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=REPO, env=env, check=False)
+
+
+def run_quiet(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """Without progress lines, so stderr holds only what went wrong."""
+    return run_cli(*args, "--quiet")
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("edge-convert: error: ")
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_unknown_extension(tmp_path: Path) -> None:
+    path = tmp_path / "model.weights"
+    path.write_bytes(b"\x00\x01")
+    assert_one_line_error(run_quiet(path, "-o", tmp_path / "out"), "unknown model format .weights")
+
+
+def test_pickle_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "model.pkl"
+    path.write_bytes(pickle.dumps({"layers": [1, 2, 3]}))
+    result = run_quiet(path, "-o", tmp_path / "out")
+    assert_one_line_error(result, "pickle", "arbitrary code", "torch.onnx.export")
+    assert not (tmp_path / "out").exists()
+    chatty = run_cli(path, "-o", tmp_path / "out")
+    assert chatty.returncode == 2 and "Traceback" not in chatty.stderr
+    assert chatty.stderr.strip().splitlines()[-1] == result.stderr.strip()
+
+
+def test_empty_calibration_folder(tiny_onnx: Path, tmp_path: Path) -> None:
+    (tmp_path / "calib").mkdir()
+    result = run_quiet(tiny_onnx, "-o", tmp_path / "out", "--calibration", tmp_path / "calib")
+    assert_one_line_error(result, str(tmp_path / "calib"), "holds no images")
+
+
+def test_calibration_array_of_the_wrong_shape(tiny_onnx: Path, tmp_path: Path) -> None:
+    np.save(tmp_path / "calib.npy", np.zeros((8, 32, 32, 3), np.float32))
+    result = run_quiet(tiny_onnx, "-o", tmp_path / "out", "--calibration", tmp_path / "calib.npy")
+    assert_one_line_error(result, str(tmp_path / "calib.npy"), "[8, 32, 32, 3]", "(N, 3, 32, 32)")
+
+
+def test_unknown_variant_and_non_empty_output(tiny_onnx: Path, tmp_path: Path) -> None:
+    assert_one_line_error(run_quiet(tiny_onnx, "-o", tmp_path / "a", "--variants", "onnx/int4"), "unknown variant")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "keep.txt").write_text("mine")
+    assert_one_line_error(run_quiet(tiny_onnx, "-o", tmp_path / "b", "--variants", "onnx/fp32"), "--overwrite")
+    assert (tmp_path / "b" / "keep.txt").read_text() == "mine"
+
+
+def test_conversion_writes_a_package_and_warns_about_few_samples(
+    tiny_onnx: Path, tiny_calibration: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    result = run_cli(
+        tiny_onnx,
+        "-o",
+        out,
+        "--calibration",
+        tiny_calibration,
+        "--variants",
+        "onnx/fp32,onnx/int8",
+        "--bench-seconds",
+        "0.05",
+        "--labels",
+        ",".join(f"c{i}" for i in range(10)),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "fewer than 300" in result.stderr
+    assert "onnx/int8" in result.stdout and f"package and report in {out}" in result.stdout
+    assert set(open_package(out).manifest.variants) == {"onnx/fp32", "onnx/int8"}
+    assert {"report.md", "report.json", "report.png", "model.yaml"} <= {p.name for p in out.iterdir()}
+
+
+def test_flags_become_options(tmp_path: Path) -> None:
+    args = build_parser().parse_args(
+        [
+            "m.onnx",
+            "-o",
+            str(tmp_path),
+            "--mean",
+            "123.7,116.3,103.5",
+            "--no-fast-bias-correction",
+            "--ignored-scope",
+            ".*head.*",
+            "Softmax.*",
+            "--variants",
+            "openvino/int8, onnx/int8",
+            "--preset",
+            "mixed",
+        ]
+    )
+    options = options_from(args)
+    assert options.input_flags.mean == (123.7, 116.3, 103.5)
+    assert options.settings.fast_bias_correction is False
+    assert options.settings.ignored_scope == (".*head.*", "Softmax.*")
+    assert options.settings.preset == "mixed"
+    assert options.variants == ("openvino/int8", "onnx/int8")
+    with pytest.raises(ConversionError, match="--max-drop"):
+        options_from(build_parser().parse_args(["m.onnx", "-o", str(tmp_path), "--max-drop", "1.5"]))

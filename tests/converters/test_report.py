@@ -1,0 +1,77 @@
+"""The report's rows and verdicts, built from results with known numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from converters.context import BuiltVariant, QuantizationSettings
+from converters.evaluate import Speed
+from converters.metrics import Accuracy, Agreement, Drop, OutputAgreement
+from converters.report import ConversionReport, VariantResult, markdown, verdict, write_report
+from edge_runtime.benchmark import LatencyStats, ThroughputStats
+from edge_runtime.package.manifest import ModelFormat, Precision
+
+
+def _result(variant_id: str, drop: float, flagged: bool, size: int) -> VariantResult:
+    agreement = Agreement((OutputAgreement("scores", 0.5, 0.01, 0.998, 0.002),), 0.97)
+    return VariantResult(
+        variant_id,
+        built=BuiltVariant(ModelFormat.OPENVINO, Precision.INT8, (f"{variant_id}/model.xml",), ("a note",)),
+        size_bytes=size,
+        sparsity=0.25,
+        agreement=agreement,
+        accuracy=Accuracy(0.9 - drop / 100, 0.99),
+        drop=Drop(drop, "top-1 accuracy lost, in points"),
+        speed=Speed(LatencyStats(10, 1.5, 1.8, 2.0, 1.6, 1.2), ThroughputStats(100, 2, 1234.5)),
+        flagged=flagged,
+    )
+
+
+def _report() -> ConversionReport:
+    failed = VariantResult("onnx/int8")
+    failed.fail("failed", "RuntimeError: broken | pipe")
+    return ConversionReport(
+        name="demo",
+        source="onnx model demo.onnx",
+        reference="demo.onnx on onnxruntime:CPU at fp32",
+        evaluated_on="100 samples",
+        calibration="100 samples",
+        settings=QuantizationSettings(),
+        drop_threshold=1.0,
+        bench_seconds=1.0,
+        reference_accuracy=Accuracy(0.9, 0.99),
+        warnings=["few samples"],
+        variants=[_result("openvino/fp32", 0.0, False, 4000), _result("openvino/int8", 2.5, True, 1000), failed],
+        package_written=True,
+    )
+
+
+def test_verdicts() -> None:
+    report = _report()
+    fp32, int8, failed = report.variants
+    assert verdict(fp32, 1.0) == "ok"
+    assert verdict(int8, 1.0) == "FLAG: do not ship (drop 2.50 > 1 points)"
+    assert verdict(failed, 1.0) == "failed: RuntimeError: broken | pipe"
+
+
+def test_markdown_has_one_row_per_variant_with_the_figures() -> None:
+    text = markdown(_report())
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert len(rows) == 3
+    assert rows[1].startswith("| `openvino/int8` | 1.0 KiB | 25.0 | 87.50 | 99.00 | 2.50 |")
+    assert "FLAG: do not ship" in rows[1] and "1.500" in rows[1] and "1234.5" in rows[1]
+    assert "broken \\| pipe" in rows[2]  # a pipe in a message must not split the table row
+    assert "Reference accuracy: top-1 90.00%, top-5 99.00%" in text
+    assert "- few samples" in text and "- `openvino/fp32`: a note" in text
+
+
+def test_written_files(tmp_path: Path) -> None:
+    write_report(_report(), tmp_path)
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert [row["status"] for row in data["variants"]] == ["ok", "ok", "failed"]
+    assert data["variants"][1]["flagged"] is True
+    assert data["variants"][1]["agreement"]["cosine"] == 0.998
+    assert data["variants"][0]["files"] == ["openvino/fp32/model.xml"]
+    assert (tmp_path / "report.png").read_bytes().startswith(b"\x89PNG")
+    assert "# Conversion report: demo" in (tmp_path / "report.md").read_text()

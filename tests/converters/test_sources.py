@@ -1,0 +1,84 @@
+"""Recognising model files, refusing pickles, and clear errors for formats not read."""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from converters.errors import ConversionError, VariantSkippedError
+from converters.sources import SourceKind, detect_source
+
+
+def test_supported_formats_are_recognised(tiny_onnx: Path, tiny_openvino: Path, face_package_dir: Path) -> None:
+    assert detect_source(tiny_onnx).kind is SourceKind.ONNX
+    assert detect_source(tiny_openvino).kind is SourceKind.OPENVINO
+    assert detect_source(face_package_dir / "tflite" / "fp32" / "model.tflite").kind is SourceKind.TFLITE
+
+
+def test_unknown_extension_is_an_error_listing_known_formats(tmp_path: Path) -> None:
+    path = tmp_path / "model.caffemodel"
+    path.write_bytes(b"\x0a\x03abc")
+    with pytest.raises(ConversionError, match=r"model\.caffemodel: unknown model format \.caffemodel.*\.onnx"):
+        detect_source(path)
+
+
+@pytest.mark.parametrize("name", ["model.pkl", "weights.pt", "model.joblib", "disguised.onnx"])
+def test_pickles_are_refused_with_why_and_how_to_export(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(pickle.dumps({"weights": [1.0, 2.0]}, protocol=4))
+    with pytest.raises(ConversionError) as caught:
+        detect_source(path)
+    message = str(caught.value)
+    assert str(path) in message
+    assert "runs arbitrary code" in message
+    assert "torch.onnx.export" in message and "TorchScript" in message
+
+
+def test_torch_save_zip_archives_are_refused_as_pickles(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.pth"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("checkpoint/data.pkl", pickle.dumps({"a": 1}))
+        archive.writestr("checkpoint/version", "3")
+    with pytest.raises(ConversionError, match="is a Python pickle"):
+        detect_source(path)
+
+
+def test_torchscript_archives_are_named_as_not_read_yet(tmp_path: Path) -> None:
+    path = tmp_path / "scripted.pt"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("scripted/code/__torch__.py", "def forward(self, x): return x")
+        archive.writestr("scripted/constants.pkl", pickle.dumps(()))
+    with pytest.raises(ConversionError, match="TorchScript models are not read by this converter yet"):
+        detect_source(path)
+
+
+def test_missing_file_and_missing_ir_weights_are_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConversionError, match="model not found"):
+        detect_source(tmp_path / "absent.onnx")
+    xml = tmp_path / "model.xml"
+    xml.write_text("<?xml version='1.0'?><net/>")
+    with pytest.raises(ConversionError, match=r"weights model\.bin are missing"):
+        detect_source(xml)
+
+
+def test_saved_model_folder_is_named(tmp_path: Path) -> None:
+    (tmp_path / "saved_model.pb").write_bytes(b"")
+    with pytest.raises(ConversionError, match="TensorFlow SavedModel"):
+        detect_source(tmp_path)
+
+
+def test_onnx_from_tflite_or_openvino_is_skipped_with_a_reason(face_package_dir: Path, tiny_openvino: Path) -> None:
+    with pytest.raises(VariantSkippedError, match="tf2onnx"):
+        detect_source(face_package_dir / "tflite" / "fp32" / "model.tflite").onnx_file()
+    with pytest.raises(VariantSkippedError, match="cannot be converted back to ONNX"):
+        detect_source(tiny_openvino).onnx_file()
+
+
+def test_unreadable_model_content_is_a_conversion_error(tmp_path: Path) -> None:
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(b"this is not a protobuf")
+    with pytest.raises(ConversionError, match=r"OpenVINO cannot read onnx model .*broken\.onnx"):
+        detect_source(path).openvino_model()
