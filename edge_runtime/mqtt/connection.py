@@ -178,8 +178,9 @@ class MqttConnection:
         self, client: Client, userdata: Any, flags: ConnectFlags, reason: ReasonCode, properties: Properties | None
     ) -> None:
         if reason.is_failure:
-            self.last_error = f"broker {self._address} refused the connection: {reason}"
-            log.warning("MQTT: %s", self.last_error)
+            refusal = f"broker {self._address} refused the connection: {reason}"
+            log.warning("MQTT: %s", refusal)
+            self.last_error = refusal
             return
         client.drop_out_messages()  # the publisher re-sends from its spool, at its own pace
         self.receive_maximum = getattr(properties, "ReceiveMaximum", None)
@@ -203,8 +204,9 @@ class MqttConnection:
     def _on_connect_fail(self, client: Client, userdata: Any) -> None:
         # paho calls this inside its `except OSError` block, so the cause is still at hand.
         error = sys.exc_info()[1]
-        self.last_error = self._describe_failure(error)
-        log.warning("MQTT: %s; retrying", self.last_error)
+        failure = self._describe_failure(error)
+        log.warning("MQTT: %s; retrying", failure)
+        self.last_error = failure  # after the log line: whoever sees the error can find it logged
 
     def _on_disconnect(
         self,
