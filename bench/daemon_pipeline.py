@@ -2,19 +2,20 @@
 
 Everything a result goes through is real: the `Pipeline` (feed thread, preprocessing, OpenVINO's
 async runner, post thread, decoder, result message), the `Publisher` with its SQLite spool at QoS 1,
-and a local Mosquitto started here on a free port, with `mosquitto_sub` (its own process) counting
-arrivals. Three comparisons, each run alternately round after round so drift of the machine affects
-both sides alike; tables give medians over the rounds:
+and a local Mosquitto started here, with `mosquitto_sub` (its own process) receiving every result.
+Each comparison runs its sides alternately, round after round, so drift of the machine reaches both;
+tables give medians over the rounds.
 
-- throughput: an in-memory source hands out one pre-decoded 640×480 BGR frame as fast as it is read
-  (policy every), OpenVINO CPU with the throughput hint at explicit fp32; acknowledged results per
-  second against `benchmark_app -hint throughput -infer_precision f32` on the same file. Goal ≥ 0.95.
-- latency: the latency hint, and a source that hands out the next frame only when the previous result
-  has reached a subscriber; median capture → arrival (and the message's `latency_ms.total`) against
-  `benchmark_app -hint latency`'s median. Goal: at most 1.5 ms more.
-- video: an H.264 640×480 file through the pipeline (file source, policy every, not realtime) against
-  a loop doing read → preprocess → infer → decode → publish (QoS 1, wait for the ack) one after the
-  other, on the face detector. Goal: pipelined ≥ 1.3× naive.
+- throughput: an in-memory source hands out one decoded 640×480 BGR frame as fast as it is read,
+  OpenVINO CPU with the throughput hint at explicit fp32; acknowledged results per second against
+  `benchmark_app -hint throughput -infer_precision f32` on the same file. Goal: ratio ≥ 0.95. A
+  second table splits the CPU time per result by thread (and broker, subscriber) for the last round.
+- latency: the latency hint, and a source that hands out the next frame only when the previous
+  result has reached a subscriber; median capture → arrival (and the message's `latency_ms.total`)
+  against `benchmark_app -hint latency`'s median. Goal: at most 1.5 ms more.
+- video: an H.264 640×480 file through the pipeline (file source, policy every, not realtime)
+  against a loop doing read → preprocess → infer → decode → publish at QoS 1 and wait for the ack,
+  one after the other, on the face detector. Goal: pipelined ≥ 1.3× naive.
 
     python bench/daemon_pipeline.py [--rounds 5] [--seconds 5] [--parts throughput latency video]
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -31,7 +33,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -60,14 +62,15 @@ sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
 
 from backend_overhead import benchmark_app  # noqa: E402
 from broker import Mosquitto  # noqa: E402
-from models import ASTRONAUT_CLIP, FACE_PACKAGE, h264_clip, mobilenet_v2_package  # noqa: E402
+from models import FACE_PACKAGE, camera_frame, h264_clip, mobilenet_v2_package  # noqa: E402
 
 VARIANT = "openvino/fp32"
 DEVICE_ID = "bench-box"
+RESULTS = "edge/+/+/result"
 WARMUP_S = 1.0
-
-
-# -- sources and subscribers -----------------------------------------------------------------------
+CORES = len(os.sched_getaffinity(0))
+PARTS = {"throughput": "Throughput", "latency": "Latency, one frame at a time", "video": "H.264 file, pipelined"}
+ROLES = {"feed": "feed", "post": "post", "mqtt-publisher": "publisher", "paho": "paho", "mqtt-spool": "spool flush"}
 
 
 class StillFrames(Source):
@@ -104,39 +107,35 @@ class StillFrames(Source):
 
 
 class CountingSubscriber:
-    """`mosquitto_sub` in its own process, one line per result received, so counting costs us no GIL."""
+    """`mosquitto_sub` in its own process, one line per message, so receiving costs the pipeline no GIL."""
 
-    def __init__(self, broker: Mosquitto, directory: Path) -> None:
+    def __init__(self, broker: Mosquitto, directory: Path, topic: str = RESULTS) -> None:
         self.path = directory / "arrivals.txt"
         command = [shutil.which("mosquitto_sub") or "mosquitto_sub", "-h", broker.host, "-p", str(broker.control_port)]
-        command += ["-t", "edge/#", "-q", "1", "-F", "%l"]
         with self.path.open("wb") as out:
-            self._process = subprocess.Popen(command, stdout=out)
+            self.process = subprocess.Popen([*command, "-t", topic, "-q", "1", "-F", "%l"], stdout=out)
         time.sleep(0.3)  # subscribed before anything is published
 
     def count(self) -> int:
         return self.path.read_bytes().count(b"\n")
 
     def close(self) -> None:
-        self._process.terminate()
-        self._process.wait(5)
+        self.process.terminate()
+        self.process.wait(5)
 
 
-@dataclass
 class Arrivals:
     """An in-process subscriber timing each result from capture to arrival; it opens the source's gate."""
 
-    broker: Mosquitto
-    gate: threading.Event = field(default_factory=threading.Event)
-    source: StillFrames | None = None
-    to_arrival_ms: list[float] = field(default_factory=list)
-    total_ms: list[float] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
+    def __init__(self, broker: Mosquitto) -> None:
+        self.gate = threading.Event()
+        self.source: StillFrames | None = None
+        self.to_arrival_ms: list[float] = []
+        self.total_ms: list[float] = []
         self._client = paho.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
         self._client.on_message = self._on_message
-        self._client.connect(self.broker.host, self.broker.control_port)
-        self._client.subscribe(f"edge/{DEVICE_ID}/+/result", 1)
+        self._client.connect(broker.host, broker.control_port)
+        self._client.subscribe(RESULTS, 1)
         self._client.loop_start()
         time.sleep(0.3)
 
@@ -153,23 +152,17 @@ class Arrivals:
         self._client.loop_stop()
 
 
-# -- the daemon's parts ----------------------------------------------------------------------------
-
-
-@dataclass
 class Daemon:
-    """What the daemon builds around its pipelines: one broker connection, spool and publisher."""
+    """What the daemon builds around its pipelines: one broker connection, one spool, one publisher."""
 
-    broker: Mosquitto
-    directory: Path
-    connection: MqttConnection = field(init=False)
-    spool: Spool = field(init=False)
-    publisher: Publisher = field(init=False)
-
-    def __post_init__(self) -> None:
-        settings = MqttSettings(host=self.broker.host, port=self.broker.port)
+    def __init__(self, broker: Mosquitto, directory: Path, subscriber_pid: int) -> None:
+        self.broker = broker
+        process = broker._process  # the helper keeps its Popen private; its CPU time is part of the cost
+        assert process is not None
+        self.processes = {"broker": process.pid, "subscriber": subscriber_pid}
+        settings = MqttSettings(host=broker.host, port=broker.port)
         self.connection = MqttConnection(settings, DEVICE_ID)
-        self.spool = Spool(self.directory / "spool.sqlite")
+        self.spool = Spool(directory / "spool.sqlite")
         self.publisher = Publisher(self.connection, self.spool, settings.spool)
         self.publisher.start()
         self.connection.start()
@@ -181,7 +174,6 @@ class Daemon:
         return self.publisher.stats().acked
 
     def run(self, model: LoadedModel, source: Source) -> Pipeline:
-        manifest = model.package.manifest
         pipeline = Pipeline(
             name="bench",
             device_id=DEVICE_ID,
@@ -193,7 +185,6 @@ class Daemon:
             policy=PublishPolicy(qos=1),
             sink=self.publisher,
         )
-        assert manifest.decoder is not None
         pipeline.start()
         return pipeline
 
@@ -220,28 +211,47 @@ def decoder_for(model: LoadedModel) -> Decoder:
     return make_decoder(manifest.decoder.name, manifest.decoder.params, manifest.labels)
 
 
-def camera_frame() -> np.ndarray:
-    """The first frame of the astronaut clip: 640×480 BGR with one face."""
-    capture = cv2.VideoCapture(str(ASTRONAUT_CLIP), cv2.CAP_FFMPEG)
-    ok, image = capture.read()
-    capture.release()
-    if not ok:
-        raise SystemExit(f"cannot decode {ASTRONAUT_CLIP}")
-    return np.ascontiguousarray(image)
+def cpu_seconds(processes: dict[str, int]) -> dict[str, float]:
+    """CPU seconds used so far by this process's threads, grouped by role, and by the given processes.
+
+    Threads Python did not start are OpenVINO's: its inference streams and the callback thread.
+    """
+    names = {thread.native_id: thread.name for thread in threading.enumerate()}
+    used: dict[str, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        name = names.get(int(task.name))
+        role = "OpenVINO" if name is None else next((r for p, r in ROLES.items() if name.startswith(p)), "other")
+        used[role] = used.get(role, 0.0) + _cpu_of(task / "stat")
+    for role, pid in processes.items():
+        used[role] = used.get(role, 0.0) + _cpu_of(Path(f"/proc/{pid}/stat"))
+    return used
+
+
+def _cpu_of(stat: Path) -> float:
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:  # a thread that ended meanwhile
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- the measurements ------------------------------------------------------------------------------
 
 
-def pipeline_fps(daemon: Daemon, package_dir: Path, image: np.ndarray, seconds: float) -> float:
-    """Acknowledged results per second, in the steady state after a warm-up."""
-    model = load(package_dir, "throughput")
+def pipeline_fps(
+    daemon: Daemon, package: Path, image: np.ndarray, seconds: float, cpu: list[dict[str, float]]
+) -> float:
+    """Acknowledged results per second after a warm-up; appends the CPU ms per result of each role to `cpu`."""
+    model = load(package, "throughput")
     try:
         pipeline = daemon.run(model, StillFrames(image))
         time.sleep(WARMUP_S)
-        acked, started = daemon.acked, time.perf_counter()
+        acked, before, started = daemon.acked, cpu_seconds(daemon.processes), time.perf_counter()
         time.sleep(seconds)
-        rate = (daemon.acked - acked) / (time.perf_counter() - started)
+        results = daemon.acked - acked
+        rate = results / (time.perf_counter() - started)
+        after = cpu_seconds(daemon.processes)
+        cpu.append({role: (spent - before.get(role, 0.0)) * 1000 / results for role, spent in after.items()})
         daemon.finish(pipeline)
         return rate
     finally:
@@ -256,10 +266,10 @@ class LatencyRound:
 
 
 def pipeline_latency(
-    daemon: Daemon, arrivals: Arrivals, package_dir: Path, image: np.ndarray, seconds: float
-) -> LatencyRound:
-    """Median ms from capture to a subscriber, and the message's own `latency_ms.total`, one frame at a time."""
-    model = load(package_dir, "latency")
+    daemon: Daemon, arrivals: Arrivals, package: Path, image: np.ndarray, seconds: float, kept: list[LatencyRound]
+) -> float:
+    """Median ms from capture to a subscriber, one frame at a time; appends the round's details to `kept`."""
+    model = load(package, "latency")
     try:
         arrivals.gate.set()
         arrivals.source = source = StillFrames(image, arrivals.gate)
@@ -269,14 +279,16 @@ def pipeline_latency(
         arrivals.total_ms.clear()
         time.sleep(seconds)
         stages = pipeline.stats.percentiles()
-        measured = LatencyRound(
-            statistics.median(arrivals.to_arrival_ms),
-            statistics.median(arrivals.total_ms),
-            {stage: stages[stage]["p50"] for stage in ("pre", "infer", "post")},
+        kept.append(
+            LatencyRound(
+                statistics.median(arrivals.to_arrival_ms),
+                statistics.median(arrivals.total_ms),
+                {stage: stages[stage]["p50"] for stage in ("pre", "infer", "post")},
+            )
         )
         daemon.finish(pipeline)
         arrivals.source = None
-        return measured
+        return kept[-1].to_arrival_ms
     finally:
         model.close()
 
@@ -305,25 +317,20 @@ def video_naive(broker: Mosquitto, clip: Path, frames: int) -> float:
     client = paho.Client(CallbackAPIVersion.VERSION2, client_id="bench-naive", protocol=MQTTProtocolVersion.MQTTv5)
     client.connect(broker.host, broker.port)
     client.loop_start()
-    runs_on = model.backend.runs_on
-    runtime = RuntimeInfo(runs_on.backend, runs_on.device, runs_on.precision)
+    runtime = RuntimeInfo(model.backend.runs_on.backend, model.backend.runs_on.device, model.backend.runs_on.precision)
     info = ModelInfo(model.package.name, model.package.manifest.version, VARIANT, "-")
     try:
         started = time.perf_counter()
         capture = cv2.VideoCapture(str(clip), cv2.CAP_FFMPEG)
         count = 0
-        while True:
-            ok, image = capture.read()
-            if not ok:
-                break
+        while (read := capture.read())[0]:
             captured, t0 = time.time(), time.perf_counter()
-            tensor, transform = preprocess(image)
+            tensor, transform = preprocess(read[1])
             t1 = time.perf_counter()
             outputs = model.infer([tensor])
             t2 = time.perf_counter()
             decoded = decoder.decode(outputs, model.outputs, transform)
-            now = time.time()
-            post = time.perf_counter() - t2
+            now, post = time.time(), time.perf_counter() - t2
             latency = StageLatency((t1 - t0) * 1000, (t2 - t1) * 1000, post * 1000, (now - captured) * 1000)
             message = build_result(
                 device_id="naive", pipeline="naive", source="clip", kind="frame", index=count, captured_at=captured,
@@ -356,114 +363,115 @@ def alternate(rounds: int, *sides: Callable[[], float]) -> list[list[float]]:
 
 
 def throughput_part(daemon: Daemon, models: dict[str, Path], image: np.ndarray, args: argparse.Namespace) -> str:
-    lines = [
+    table = [
         "| model | pipeline FPS (acked) | benchmark_app FPS | ratio | goal ≥ 0.95 | rounds: pipeline / benchmark_app |",
         "|---|---:|---:|---:|---|---|",
     ]
+    roles = ("OpenVINO", *dict.fromkeys(ROLES.values()), "broker", "subscriber")
+    split = ["| model | " + " | ".join(roles) + " | all but OpenVINO | benchmark_app: cores / FPS |"]
+    split.append("|---|" + "---:|" * (len(roles) + 2))
     for name, package in models.items():
         print(f"throughput: {name}", file=sys.stderr)
         model_file = open_package(package).source(VARIANT).path
+        cpu: list[dict[str, float]] = []
         ours, theirs = alternate(
             args.rounds,
-            partial(pipeline_fps, daemon, package, image, args.seconds),
+            partial(pipeline_fps, daemon, package, image, args.seconds, cpu),
             partial(benchmark_app, model_file, "throughput", args.seconds),
         )
         ratio = statistics.median(ours) / statistics.median(theirs)
-        lines.append(
+        table.append(
             f"| {name} | {statistics.median(ours):.1f} | {statistics.median(theirs):.1f} | {ratio:.3f} "
-            f"| {'met' if ratio >= 0.95 else 'NOT met'} | {_listed(ours, 0)} / {_listed(theirs, 0)} |"
+            f"| {'met' if ratio >= 0.95 else 'NOT met'} | {_listed(ours)} / {_listed(theirs)} |"
         )
-    return "\n".join(lines)
+        last = cpu[-1]
+        overhead = sum(value for role, value in last.items() if role != "OpenVINO")
+        cells = " | ".join(f"{last.get(role, 0.0):.3f}" for role in roles)
+        split.append(f"| {name} | {cells} | {overhead:.3f} | {CORES * 1000 / theirs[-1]:.3f} |")
+    return "\n".join([*table, "", "CPU ms per result, last round:", "", *split])
 
 
 def latency_part(daemon: Daemon, models: dict[str, Path], image: np.ndarray, args: argparse.Namespace) -> str:
-    lines = [
+    table = [
         "| model | capture → subscriber ms | `latency_ms.total` ms | benchmark_app median ms "
-        "| excess (subscriber) ms | goal ≤ 1.5 ms | pre / infer / post p50 ms (last round) |"
+        "| excess (subscriber) ms | goal ≤ 1.5 ms | pre / infer / post p50 ms (last round) |",
+        "|---|---:|---:|---:|---:|---|---|",
     ]
-    lines.append("|---|---:|---:|---:|---:|---|---|")
     arrivals = Arrivals(daemon.broker)
     try:
         for name, package in models.items():
             print(f"latency: {name}", file=sys.stderr)
-            model_file = open_package(package).source(VARIANT).path
-            rounds: list[LatencyRound] = []
+            kept: list[LatencyRound] = []
             to_arrival, theirs = alternate(
                 args.rounds,
-                partial(_keep, rounds, partial(pipeline_latency, daemon, arrivals, package, image, args.seconds)),
-                partial(benchmark_app, model_file, "latency", args.seconds),
+                partial(pipeline_latency, daemon, arrivals, package, image, args.seconds, kept),
+                partial(benchmark_app, open_package(package).source(VARIANT).path, "latency", args.seconds),
             )
-            total = statistics.median(measured.total_ms for measured in rounds)
             excess = statistics.median(to_arrival) - statistics.median(theirs)
-            stages = " / ".join(f"{value:.3f}" for value in rounds[-1].stages_ms.values())
-            lines.append(
-                f"| {name} | {statistics.median(to_arrival):.3f} | {total:.3f} | {statistics.median(theirs):.3f} "
-                f"| {excess:+.3f} | {'met' if excess <= 1.5 else 'NOT met'} | {stages} |"
+            stages = " / ".join(f"{value:.3f}" for value in kept[-1].stages_ms.values())
+            table.append(
+                f"| {name} | {statistics.median(to_arrival):.3f} | {statistics.median(r.total_ms for r in kept):.3f} "
+                f"| {statistics.median(theirs):.3f} | {excess:+.3f} | {'met' if excess <= 1.5 else 'NOT met'} "
+                f"| {stages} |"
             )
     finally:
         arrivals.close()
-    return "\n".join(lines)
+    return "\n".join(table)
 
 
-def video_part(daemon: Daemon, work: Path, args: argparse.Namespace) -> str:
-    clip, frames = h264_clip(work / "clip.mp4")
+def video_part(daemon: Daemon, clip: Path, frames: int, rounds: int) -> str:
     print(f"video: {frames} frames of H.264 640x480", file=sys.stderr)
     sides = {
         "naive loop (latency hint, sync infer, wait for each PUBACK)": lambda: video_naive(daemon.broker, clip, frames),
         "pipeline, latency hint (the x86 profile's default)": lambda: video_pipelined(daemon, clip, frames, "latency"),
         "pipeline, throughput hint": lambda: video_pipelined(daemon, clip, frames, "throughput"),
     }
-    results = dict(zip(sides, alternate(args.rounds, *sides.values()), strict=True))
+    results = dict(zip(sides, alternate(rounds, *sides.values()), strict=True))
     naive = statistics.median(next(iter(results.values())))
-    lines = ["| variant | fps (median) | rounds | × naive | goal ≥ 1.3× |", "|---|---:|---|---:|---|"]
+    table = ["| variant | fps (median) | rounds | × naive | goal ≥ 1.3× |", "|---|---:|---|---:|---|"]
     for label, values in results.items():
         ratio = statistics.median(values) / naive
         verdict = "" if label.startswith("naive") else ("met" if ratio >= 1.3 else "NOT met")
-        lines.append(f"| {label} | {statistics.median(values):.1f} | {_listed(values, 0)} | {ratio:.2f} | {verdict} |")
-    return "\n".join(lines)
+        table.append(f"| {label} | {statistics.median(values):.1f} | {_listed(values)} | {ratio:.2f} | {verdict} |")
+    return "\n".join(table)
 
 
-def _keep(rounds: list[LatencyRound], measure: Callable[[], LatencyRound]) -> float:
-    rounds.append(measure())
-    return rounds[-1].to_arrival_ms
-
-
-def _listed(values: list[float], digits: int) -> str:
-    return " ".join(f"{v:.{digits}f}" for v in values)
+def _listed(values: list[float]) -> str:
+    return " ".join(f"{v:.0f}" for v in values)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per side and round")
-    parser.add_argument("--parts", nargs="+", choices=("throughput", "latency", "video"), default=None)
+    parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
     parser.add_argument("--models", nargs="+", choices=("mobilenet_v2", "face"), default=("mobilenet_v2", "face"))
     args = parser.parse_args()
-    parts = args.parts or ("throughput", "latency", "video")
     image = camera_frame()
-    tables = []
     with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "broker") as broker:
         work = Path(tmp)
-        packages = {"mobilenet_v2": lambda: mobilenet_v2_package(work / "mobilenet_v2"), "face": lambda: FACE_PACKAGE}
-        models = {name: packages[name]() for name in args.models}
+        models = {
+            name: mobilenet_v2_package(work / name) if name == "mobilenet_v2" else FACE_PACKAGE for name in args.models
+        }
+        clip, frames = h264_clip(work / "clip.mp4")
         subscriber = CountingSubscriber(broker, work)
-        daemon = Daemon(broker, work)
+        daemon = Daemon(broker, work, subscriber.process.pid)
+        parts = {
+            "throughput": lambda: throughput_part(daemon, models, image, args),
+            "latency": lambda: latency_part(daemon, models, image, args),
+            "video": lambda: video_part(daemon, clip, frames, args.rounds),
+        }
         try:
-            if "throughput" in parts:
-                tables.append(("Throughput", throughput_part(daemon, models, image, args)))
-            if "latency" in parts:
-                tables.append(("Latency, one frame at a time", latency_part(daemon, models, image, args)))
-            if "video" in parts:
-                tables.append(("H.264 file, pipelined against naive", video_part(daemon, work, args)))
+            tables = [(PARTS[part], parts[part]()) for part in args.parts]
+            expected = daemon.acked + (args.rounds * frames if "video" in args.parts else 0)
             time.sleep(1.0)
-            expected = daemon.acked + (args.rounds * 1200 if "video" in parts else 0)
             arrived = subscriber.count()
         finally:
             daemon.close()
             subscriber.close()
     print(f"command: python bench/daemon_pipeline.py {' '.join(sys.argv[1:])}".rstrip())
-    print(f"{args.rounds} rounds, {args.seconds:g} s measured per side and round; {arrived} results reached")
-    print(f"mosquitto_sub (expected {expected}: every acknowledged result, and the naive loop's)")
+    print(f"{args.rounds} rounds, {args.seconds:g} s measured per side and round; the subscriber received")
+    print(f"{arrived} results of {expected} acknowledged (the pipeline's and the naive loop's)")
     for title, table in tables:
         print(f"\n### {title}\n\n{table}")
 

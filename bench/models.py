@@ -1,4 +1,4 @@
-"""What the daemon benchmarks run on: a MobileNetV2 package, the bundled face detector, and an H.264 clip.
+"""What the daemon benchmarks run on: a MobileNetV2 package, the bundled face detector, a clip and a frame.
 
 MobileNetV2 (width 1.0, 224×224) is built layer by layer with ONNX's helper API and seeded random
 weights: the architecture, and so the inference cost, is the real one, without a 1 GB training
@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import cv2
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -24,8 +25,9 @@ FACE_PACKAGE = REPO / "samples/models/face_detection_short_range"
 ASTRONAUT_CLIP = REPO / "samples/videos/astronaut.mp4"
 
 # (expansion t, output channels c, repeats n, first stride s), as in the MobileNetV2 paper, table 2
-_INVERTED_RESIDUALS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2))
-_INVERTED_RESIDUALS += ((6, 320, 1, 1),)
+_INVERTED_RESIDUALS: tuple[tuple[int, int, int, int], ...] = (
+    (1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1),
+)  # fmt: skip
 
 
 class _GraphBuilder:
@@ -164,6 +166,16 @@ def h264_clip(path: Path, loops: int = 20, fps: int = 30) -> tuple[Path, int]:
     command += ["-vf", f"setpts=N/({fps}*TB)", "-r", str(fps), "-c:v", "libx264", "-pix_fmt", "yuv420p"]
     subprocess.run([*command, str(path)], check=True)
     return path, 60 * loops
+
+
+def camera_frame() -> np.ndarray:
+    """The first frame of the astronaut clip: 640×480 BGR with one face, as a camera would deliver it."""
+    capture = cv2.VideoCapture(str(ASTRONAUT_CLIP), cv2.CAP_FFMPEG)
+    ok, image = capture.read()
+    capture.release()
+    if not ok:
+        raise SystemExit(f"cannot decode {ASTRONAUT_CLIP}")
+    return np.ascontiguousarray(image)
 
 
 if __name__ == "__main__":
