@@ -16,8 +16,9 @@ from converters.context import QuantizationSettings
 from converters.describe import InputFlags
 from converters.errors import ConversionError
 from converters.pipeline import ConvertOptions, convert
+from converters.pruning import SCOPES, PruneOptions
 from converters.report import ConversionReport, verdict
-from converters.variants import BUILDERS, DEFAULT_VARIANTS
+from converters.variants import BUILDERS, DEFAULT_VARIANTS, TENSORFLOW_VARIANTS
 from edge_runtime.errors import EdgeRuntimeError
 
 EXIT_NO_VARIANT = 1
@@ -27,10 +28,15 @@ EXIT_BAD_INPUT = 2
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edge-convert",
-        description="Convert a model (.onnx, OpenVINO .xml, .tflite) into a model package with fp32, fp16 and "
-        "int8 variants, each checked against the original and measured; writes model.yaml and report.md/json/png.",
+        description="Convert a model (.onnx, OpenVINO .xml, .tflite, Keras .keras, TensorFlow SavedModel folder, "
+        "PyTorch module:factory) "
+        "into a model package with fp32, fp16 and int8 variants, each checked against the original and measured; "
+        "writes model.yaml and report.md/json/png.",
     )
-    parser.add_argument("model", type=Path, help="the trained model file")
+    parser.add_argument(
+        "model", type=Path, help="the trained model file, a SavedModel folder, or a PyTorch package.module:factory"
+    )
+    parser.add_argument("--input-shape", type=_ints, help="input shape of a PyTorch model, e.g. 1,3,224,224")
     parser.add_argument("-o", "--output", type=Path, required=True, dest="out_dir", help="package folder to write")
     parser.add_argument("--overwrite", action="store_true", help="replace the converter's files in a non-empty folder")
     parser.add_argument("--name", help="model name in the manifest (default: the file's name)")
@@ -40,11 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--decoder-params", help="decoder parameters as a JSON object")
     _input_arguments(parser.add_argument_group("input spec (how raw data becomes the input tensor)"))
     _data_arguments(parser.add_argument_group("calibration and quantization"))
+    _pruning_arguments(parser.add_argument_group("pruning (Keras models, before conversion)"))
     parser.add_argument(
         "--variants",
         type=_comma_list,
-        default=DEFAULT_VARIANTS,
-        help=f"comma-separated variants to build (default: {','.join(DEFAULT_VARIANTS)})",
+        default=None,
+        help=f"comma-separated variants to build, of {','.join(BUILDERS)} (default: {','.join(DEFAULT_VARIANTS)}; "
+        f"for Keras and SavedModel sources {','.join(TENSORFLOW_VARIANTS)})",
     )
     parser.add_argument("--drop-threshold", type=float, default=1.0, help="flag variants losing more points than this")
     parser.add_argument("--bench-seconds", type=float, default=2.0, help="seconds per latency/throughput run; 0 skips")
@@ -70,10 +78,28 @@ def _data_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--fast-bias-correction", action=argparse.BooleanOptionalAction, default=True)
     group.add_argument("--ignored-scope", nargs="+", default=[], metavar="PATTERN", help="node-name regexes kept float")
     group.add_argument("--max-drop", type=float, default=0.01, help="top-1 drop allowed by accuracy control (0.01)")
+    group.add_argument(
+        "--tflite-io", choices=["int8", "uint8"], default="int8", help="input/output type of full-integer TFLite"
+    )
+
+
+def _pruning_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--prune", type=float, metavar="SHARE", help="zero this share of kernel weights, e.g. 0.5")
+    group.add_argument("--prune-scope", choices=SCOPES, default="global", help="smallest weights overall or per layer")
+    group.add_argument("--train-data", type=Path, help=".npz with x and y (class indices) to fine-tune after pruning")
+    group.add_argument("--epochs", type=int, default=0, help="fine-tuning epochs (needs --train-data)")
+    group.add_argument("--learning-rate", type=float, default=1e-4, help="fine-tuning learning rate (Adam)")
 
 
 def _comma_list(value: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+def _ints(value: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(item) for item in value.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {value!r}") from None
 
 
 def _floats(value: str) -> tuple[float, ...]:
@@ -95,8 +121,16 @@ def options_from(args: argparse.Namespace) -> ConvertOptions:
         fast_bias_correction=args.fast_bias_correction,
         ignored_scope=tuple(args.ignored_scope),
         max_drop=args.max_drop,
+        tflite_io=args.tflite_io,
         seed=args.seed,
     )
+    prune = None
+    if args.prune is not None:
+        prune = PruneOptions(
+            args.prune, args.prune_scope, args.train_data, args.epochs, learning_rate=args.learning_rate
+        )
+    elif args.train_data is not None or args.epochs:
+        raise ConversionError("--train-data and --epochs fine-tune a pruned model; give --prune as well")
     return ConvertOptions(
         model=args.model,
         out_dir=args.out_dir,
@@ -114,6 +148,8 @@ def options_from(args: argparse.Namespace) -> ConvertOptions:
         decoder=args.decoder,
         decoder_params=args.decoder_params,
         overwrite=args.overwrite,
+        prune=prune,
+        input_shape=args.input_shape,
     )
 
 

@@ -25,6 +25,7 @@ class QuantizationSettings:
     fast_bias_correction: bool = True
     ignored_scope: tuple[str, ...] = ()  # regular expressions matched at the start of node names
     max_drop: float = 0.01  # top-1 drop (fraction) that accuracy-controlled quantization may cost
+    tflite_io: str = "int8"  # input/output type of full-integer TFLite variants: int8 or uint8
     seed: int = 0
 
     def ignores(self, node_name: str) -> bool:
@@ -61,6 +62,7 @@ class BuiltVariant:
     precision: Precision
     files: tuple[str, ...]  # relative to the output folder, model file first
     notes: tuple[str, ...] = ()
+    target: str | None = None  # hardware the file is compiled for (edgetpu), which nothing else runs
 
 
 Builder = Callable[[BuildContext], BuiltVariant]

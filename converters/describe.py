@@ -85,12 +85,20 @@ def _spec_for(tensor: TensorSpec, fields: dict[str, Any], index: int) -> InputSp
     shape = fields.pop("shape", None)
     shape = tuple(shape) if shape is not None else _static_shape(tensor)
     fields.setdefault("layout", _guess_layout(shape))
+    if _image_channels(shape, fields["layout"]) == 1:
+        fields.setdefault("color_order", "GRAY")  # else images would be fed as three colour channels
     fields.setdefault("dtype", _manifest_dtype(tensor))
     try:
         return InputSpec(shape=shape, **fields)
     except ValidationError as error:
         problems = "; ".join(_input_field(index, line) for line in describe_validation_error(error))
         raise ConversionError(f"invalid input spec for model input {tensor.name!r}: {problems}") from None
+
+
+def _image_channels(shape: tuple[int, ...], layout: str) -> int | None:
+    if len(shape) != 4:
+        return None
+    return shape[3] if layout == "NHWC" else shape[1] if layout == "NCHW" else None
 
 
 def _input_field(index: int, problem: str) -> str:

@@ -25,7 +25,9 @@ from edge_runtime.model import LoadedModel, load_model
 from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.manifest import ModelFormat
 
+# Keras and SavedModel sources are their own reference, run by TensorFlow (converters.tensorflow_models).
 REFERENCE_RUNTIME = {SourceKind.ONNX: "onnxruntime", SourceKind.TFLITE: "litert", SourceKind.OPENVINO: "openvino"}
+EDGETPU_OPTIONS = {"delegate": "edgetpu", "fallback": []}
 _MIN_WEIGHT_SIZE = 16
 
 
@@ -59,8 +61,11 @@ def load_reference(source: SourceModel, warnings: Warnings) -> LoadedModel:
 
 
 def load_variant(package: ModelPackage, variant_id: str) -> LoadedModel:
-    backend = RUNS_ON[package.variant(variant_id).format.value]
-    return load_model(package, variant_id, backend, {"device": "CPU"})
+    """The variant on this machine's CPU; Edge TPU variants run only on an attached Edge TPU."""
+    variant = package.variant(variant_id)
+    backend = RUNS_ON[variant.format.value]
+    options = EDGETPU_OPTIONS if variant.target == "edgetpu" else {"device": "CPU"}
+    return load_model(package, variant_id, backend, options)
 
 
 def run_outputs(model: LoadedModel, samples: Sequence[Sample]) -> RunOutputs:
@@ -96,6 +101,11 @@ def measure_speed(model: LoadedModel, seconds: float, seed: int) -> Speed:
 
 def weight_sparsity(model_file: Path, model_format: ModelFormat) -> float:
     """Share of zeros in the weight tensors (constants with two or more dimensions)."""
+    if model_format is ModelFormat.TFLITE:
+        from converters.tflite_weights import tflite_weight_counts
+
+        total, zeros = tflite_weight_counts(model_file)
+        return zeros / total if total else 0.0
     arrays = _openvino_weights(model_file) if model_format is ModelFormat.OPENVINO else _onnx_weights(model_file)
     total = sum(a.size for a in arrays)
     zeros = sum(int(a.size - np.count_nonzero(a)) for a in arrays)

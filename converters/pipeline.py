@@ -8,6 +8,7 @@ package holds only the variants that loaded and ran through the runtime.
 from __future__ import annotations
 
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,12 @@ from converters.evaluate import (
 )
 from converters.metrics import Accuracy, RunOutputs, accuracy, agreement, drop_of
 from converters.progress import Warnings, log, step
+from converters.pruning import PruneOptions, check_prunable, check_prune_options, prune_source
+from converters.pytorch_source import open_model
 from converters.report import REPORT_FILES, ConversionReport, VariantResult, write_report
-from converters.sources import SourceModel, detect_source, first_line
-from converters.variants import BUILDERS, DEFAULT_VARIANTS, RUNS_ON, check_variant_ids
+from converters.sources import SourceModel, first_line
+from converters.variants import BUILDERS, RUNS_ON, check_variant_ids, default_variants
+from edge_runtime.errors import BackendUnavailableError
 from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.manifest import MANIFEST_NAME, SCHEMA_VERSION, InputSpec, Manifest, Precision, Task, Variant
 from edge_runtime.package.writer import describe_variant, write_package
@@ -57,12 +61,14 @@ class ConvertOptions:
     calibration: Path | None = None
     validation: Path | None = None
     settings: QuantizationSettings = field(default_factory=QuantizationSettings)
-    variants: tuple[str, ...] = DEFAULT_VARIANTS
+    variants: tuple[str, ...] | None = None  # None: every variant the source's format can be turned into
     drop_threshold: float = 1.0
     bench_seconds: float = 2.0
     decoder: str | None = None
     decoder_params: str | None = None
     overwrite: bool = False
+    prune: PruneOptions | None = None
+    input_shape: tuple[int, ...] | None = None  # for PyTorch `module:factory` sources
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ class Inputs:
     """Everything read and checked before the first variant is built."""
 
     source: SourceModel
+    source_label: str
     specs: tuple[InputSpec, ...]
     manifest_fields: dict[str, Any]
     calibration: SampleSet | None
@@ -80,21 +87,36 @@ class Inputs:
 
 def convert(options: ConvertOptions) -> ConversionReport:
     """Convert, measure and package; returns the report (also written to the output folder)."""
+    with tempfile.TemporaryDirectory(prefix="edge-convert-") as scratch:
+        return _convert(options, Path(scratch))
+
+
+def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
+    """The conversion, with a scratch folder for derived models (exports, the pruned model) that is not shipped."""
     warnings = Warnings()
-    variant_ids = check_variant_ids(options.variants)
-    inputs = read_inputs(options, warnings)
+    if options.variants is not None:
+        check_variant_ids(options.variants)
+    if options.prune is not None:
+        check_prune_options(options.prune)
+    inputs = read_inputs(options, warnings, scratch)
+    if options.prune is not None:
+        check_prunable(inputs.source)
+    variant_ids = check_variant_ids(options.variants or default_variants(inputs.source.kind))
     prepare_out_dir(options.out_dir, options.overwrite, inputs.source.path)
     eval_set = evaluation_set(inputs, warnings)
     labels = eval_set.labels if inputs.task is Task.CLASSIFICATION else None
     reference_outputs, reference_label = run_reference(inputs.source, eval_set, warnings)
+    built_from, pruning = inputs.source, None
+    if options.prune is not None:
+        built_from, pruning = prune_source(inputs.source, options.prune, scratch)
     ctx = BuildContext(
-        inputs.source, options.out_dir, inputs.calibration, inputs.validation, inputs.task, options.settings
+        built_from, options.out_dir, inputs.calibration, inputs.validation, inputs.task, options.settings
     )
     results = [build_variant(ctx, variant_id) for variant_id in variant_ids]
     reference_accuracy = accuracy(reference_outputs, labels) if labels is not None else None
     report = ConversionReport(
         name=str(inputs.manifest_fields["name"]),
-        source=inputs.source.label,
+        source=inputs.source_label,
         reference=reference_label,
         evaluated_on=eval_set.origin,
         calibration=inputs.calibration.origin if inputs.calibration else "none",
@@ -104,6 +126,7 @@ def convert(options: ConvertOptions) -> ConversionReport:
         reference_accuracy=reference_accuracy,
         warnings=warnings.items,
         variants=results,
+        pruning=pruning,
     )
     package = _package_in_memory(options.out_dir, results, inputs.manifest_fields)
     for result in results:
@@ -126,6 +149,11 @@ def evaluation_set(inputs: Inputs, warnings: Warnings) -> SampleSet:
 
 def run_reference(source: SourceModel, eval_set: SampleSet, warnings: Warnings) -> tuple[RunOutputs, str]:
     """The source model's outputs on the evaluation set, on its own runtime: what every variant is held to."""
+    if source.kind.is_tensorflow:
+        from converters.tensorflow_models import run_tensorflow
+
+        step(f"reference {source.path.name} on TensorFlow: running {len(eval_set)} samples")
+        return run_tensorflow(source, eval_set.samples)
     reference = load_reference(source, warnings)
     try:
         step(f"reference {describe_reference(source, reference)}: running {len(eval_set)} samples")
@@ -134,8 +162,8 @@ def run_reference(source: SourceModel, eval_set: SampleSet, warnings: Warnings) 
         reference.close()
 
 
-def read_inputs(options: ConvertOptions, warnings: Warnings) -> Inputs:
-    source = detect_source(options.model)
+def read_inputs(options: ConvertOptions, warnings: Warnings, scratch: Path) -> Inputs:
+    source, source_label = open_model(options.model, options.input_shape, scratch)
     tensors, outputs = model_tensors(source)
     specs = build_input_specs(tensors, options.input_spec, options.input_flags)
     names = [t.name for t in tensors]
@@ -167,14 +195,14 @@ def read_inputs(options: ConvertOptions, warnings: Warnings) -> Inputs:
         "labels": labels,
         "decoder": decoder,
     }
-    return Inputs(source, specs, fields, calibration, validation, task, options.settings.seed)
+    return Inputs(source, source_label, specs, fields, calibration, validation, task, options.settings.seed)
 
 
 def _default_name(path: Path) -> str:
     """The file's name, or for packaged files (`face/tflite/fp32/model.tflite`) the package folder's name."""
     if path.stem != "model":
         return path.stem
-    layout_folders = {*RUNS_ON, *(p.value for p in Precision)}
+    layout_folders = {*RUNS_ON, *(p.value for p in Precision), *(vid.split("/")[1] for vid in BUILDERS)}
     folder = next((p.name for p in path.resolve().parents if p.name not in layout_folders), "")
     return folder or path.stem
 
@@ -222,7 +250,13 @@ def _variants(out_dir: Path, results: list[VariantResult], accuracy_fields: bool
         built = result.built
         extra = {"accuracy": result.manifest_accuracy()} if accuracy_fields else {}
         variants[result.variant_id] = describe_variant(
-            out_dir, built.files, built.format, built.precision, sparsity=round(result.sparsity or 0.0, 6), **extra
+            out_dir,
+            built.files,
+            built.format,
+            built.precision,
+            sparsity=round(result.sparsity or 0.0, 6),
+            target=built.target,
+            **extra,
         )
     return variants
 
@@ -248,6 +282,12 @@ def evaluate_variant(
     """Agreement, accuracy and speed of one variant; a variant that does not load or run is failed."""
     try:
         model = load_variant(package, result.variant_id)
+    except BackendUnavailableError as error:
+        if package.variant(result.variant_id).target is None:
+            result.fail("failed", f"does not load in the runtime: {first_line(error)}")
+        else:  # compiled for hardware this workstation lacks: packaged, but not measured here
+            result.message = f"not measured on this machine: {first_line(error)}"
+        return
     except Exception as error:
         result.fail("failed", f"does not load in the runtime: {first_line(error)}")
         return

@@ -15,6 +15,7 @@ from typing import Any
 from converters.context import BuiltVariant, QuantizationSettings
 from converters.evaluate import Speed
 from converters.metrics import Accuracy, Agreement, Drop
+from converters.pruning import PruningSummary
 
 REPORT_FILES = ("report.md", "report.json", "report.png")
 
@@ -66,9 +67,14 @@ class ConversionReport:
     warnings: list[str] = field(default_factory=list)
     variants: list[VariantResult] = field(default_factory=list)
     package_written: bool = False
+    pruning: PruningSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        if self.pruning is not None:
+            data["pruning"]["overall_sparsity"] = self.pruning.overall
+            for row, layer in zip(data["pruning"]["layers"], self.pruning.layers, strict=True):
+                row["sparsity"] = layer.sparsity
         for row, result in zip(data["variants"], self.variants, strict=True):
             row["notes"] = list(result.built.notes) if result.built else []
             row.pop("built")
@@ -93,7 +99,7 @@ def verdict(result: VariantResult, threshold: float) -> str:
         return f"{result.status}: {result.message}"
     if result.flagged and result.drop is not None:
         return f"FLAG: do not ship (drop {result.drop.points:.2f} > {threshold:g} points)"
-    return "ok"
+    return f"ok; {result.message}" if result.message else "ok"
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -157,11 +163,35 @@ def markdown(report: ConversionReport) -> str:
     notes = [f"- `{r.variant_id}`: {note}" for r in report.variants if r.built for note in r.built.notes]
     if notes:
         lines += ["## Notes", "", *notes, ""]
+    if report.pruning is not None:
+        lines += pruning_section(report.pruning)
     if report.warnings:
         lines += ["## Warnings", "", *(f"- {w}" for w in report.warnings), ""]
     if not report.package_written:
         lines += ["**No variant was built: no package was written.**", ""]
     return "\n".join(lines)
+
+
+def pruning_section(pruning: PruningSummary) -> list[str]:
+    """What pruning reached, layer by layer: the target is a request, these are the zeros in the weights."""
+    lines = [
+        "## Pruning",
+        "",
+        f"- Target {100 * pruning.target:.1f}% of the Dense/convolution kernel weights ({pruning.scope}); reached "
+        f"{100 * pruning.overall:.1f}% overall. The variants are measured against the unpruned model.",
+    ]
+    if pruning.epochs:
+        loss = _num(pruning.final_loss, ".4f")
+        acc = _num(None if pruning.final_accuracy is None else 100 * pruning.final_accuracy, ".2f")
+        lines.append(
+            f"- Fine-tuned {pruning.epochs} epochs on {pruning.train_samples} samples with the zeros held fixed; "
+            f"last epoch: loss {loss}, training top-1 {acc}%"
+        )
+    else:
+        lines.append("- Not fine-tuned (give --train-data and --epochs to recover accuracy)")
+    lines += ["", "| Layer kernel | Weights | Zeros | Sparsity % |", "|---|---|---|---|"]
+    lines += [f"| `{x.name}` | {x.weights} | {x.zeros} | {100 * x.sparsity:.1f} |" for x in pruning.layers]
+    return [*lines, ""]
 
 
 def plot(report: ConversionReport, path: Path) -> None:

@@ -21,19 +21,30 @@ class SourceKind(str, Enum):
     ONNX = "onnx"
     OPENVINO = "openvino"
     TFLITE = "tflite"
+    KERAS = "keras"
+    SAVED_MODEL = "saved_model"
+
+    @property
+    def is_tensorflow(self) -> bool:
+        return self in (SourceKind.KERAS, SourceKind.SAVED_MODEL)
 
 
-SUFFIXES = {".onnx": SourceKind.ONNX, ".xml": SourceKind.OPENVINO, ".tflite": SourceKind.TFLITE}
+SUFFIXES = {
+    ".onnx": SourceKind.ONNX,
+    ".xml": SourceKind.OPENVINO,
+    ".tflite": SourceKind.TFLITE,
+    ".keras": SourceKind.KERAS,
+}
 PICKLE_SUFFIXES = frozenset({".pkl", ".pickle", ".joblib", ".pt", ".pth", ".ckpt", ".dill"})
 NOT_YET = {
-    ".keras": "Keras models",
-    ".h5": "Keras HDF5 models",
+    ".h5": "Keras HDF5 models (load it in Keras and save it with model.save('model.keras'))",
     ".pt2": "torch.export programs",
 }
 HOW_TO_EXPORT = (
     "export the model to ONNX, which holds only the graph and weights, and convert the .onnx file: "
     "torch.onnx.export(model, example, 'model.onnx') for PyTorch (torch.export and TorchScript archives "
-    "also avoid pickled code), tf2onnx for Keras"
+    "also avoid pickled code), or name the code that builds it, package.module:factory, with --input-shape; "
+    "save Keras models as .keras files, which this converter reads"
 )
 # Protocol 2+ pickles start with the PROTO opcode; zip archives with a data.pkl are torch.save files.
 _PICKLE_MAGIC = b"\x80"
@@ -53,10 +64,15 @@ class SourceModel:
         """A fresh `openvino.Model` of the source (each caller may modify its copy)."""
         import openvino as ov
 
+        path = self.path
+        if self.kind.is_tensorflow:
+            from converters.tensorflow_models import saved_model_dir
+
+            path = saved_model_dir(self)
         try:
             if self.kind is SourceKind.OPENVINO:
-                return ov.Core().read_model(str(self.path))
-            return ov.convert_model(str(self.path))
+                return ov.Core().read_model(str(path))
+            return ov.convert_model(str(path))
         except Exception as error:
             raise ConversionError(f"OpenVINO cannot read {self.label}: {first_line(error)}") from None
 
@@ -69,6 +85,10 @@ class SourceModel:
                 "ONNX variants from a TFLite model need tf2onnx (python -m tf2onnx.convert --tflite), "
                 "which this converter does not run yet; convert the original model to ONNX instead"
             )
+        if self.kind.is_tensorflow:
+            from converters.tensorflow_models import onnx_export
+
+            return onnx_export(self)
         raise VariantSkippedError("OpenVINO IR cannot be converted back to ONNX; convert from the original ONNX model")
 
 
@@ -83,8 +103,11 @@ def detect_source(path: Path) -> SourceModel:
         raise ConversionError(f"model not found: {path}")
     if path.is_dir():
         if (path / "saved_model.pb").exists():
-            raise ConversionError(f"{path} is a TensorFlow SavedModel, which this converter does not read yet")
-        raise ConversionError(f"{path} is a directory; give the model file (.onnx, .xml, .tflite)")
+            return SourceModel(path=path, kind=SourceKind.SAVED_MODEL)
+        raise ConversionError(
+            f"{path} is a directory without saved_model.pb; give a model file (.onnx, .xml, .tflite, .keras) "
+            "or a TensorFlow SavedModel folder"
+        )
     suffix = path.suffix.lower()
     if _is_torchscript(path):
         raise ConversionError(f"{path}: TorchScript models are not read by this converter yet; {HOW_TO_EXPORT}")
@@ -95,6 +118,8 @@ def detect_source(path: Path) -> SourceModel:
     if suffix not in SUFFIXES:
         known = ", ".join(SUFFIXES)
         raise ConversionError(f"{path}: unknown model format {suffix or '(no suffix)'}; the converter reads {known}")
+    if SUFFIXES[suffix] is SourceKind.KERAS and not _zip_names(path):
+        raise ConversionError(f"{path} is not a Keras archive (a .keras file is a zip written by model.save)")
     if SUFFIXES[suffix] is SourceKind.OPENVINO and not path.with_suffix(".bin").exists():
         raise ConversionError(f"{path}: the OpenVINO IR weights {path.with_suffix('.bin').name} are missing beside it")
     return SourceModel(path=path, kind=SUFFIXES[suffix])

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from converters import onnx_variants, openvino_variants
+from converters import edgetpu, onnx_variants, openvino_variants, tflite_variants
 from converters.context import Builder
 from converters.errors import ConversionError
+from converters.sources import SourceKind
 
 BUILDERS: dict[str, Builder] = {
     "openvino/fp32": openvino_variants.build_fp32,
@@ -12,9 +13,25 @@ BUILDERS: dict[str, Builder] = {
     "openvino/int8": openvino_variants.build_int8,
     "onnx/fp32": onnx_variants.build_fp32,
     "onnx/int8": onnx_variants.build_int8,
+    "tflite/fp32": tflite_variants.build_fp32,
+    "tflite/fp16": tflite_variants.build_fp16,
+    "tflite/dynamic_int8": tflite_variants.build_dynamic_int8,
+    "tflite/int8": tflite_variants.build_int8,
+    "tflite/sparse_fp32": tflite_variants.build_sparse_fp32,
+    "tflite/sparse_int8": tflite_variants.build_sparse_int8,
+    "tflite/edgetpu": edgetpu.build_edgetpu,
 }
-DEFAULT_VARIANTS = tuple(BUILDERS)
+# ONNX, OpenVINO IR and TFLite sources: the TFLite converter needs the TensorFlow model.
+DEFAULT_VARIANTS = ("openvino/fp32", "openvino/fp16", "openvino/int8", "onnx/fp32", "onnx/int8")
+# tflite/sparse_int8 is built on request only: LiteRT's XNNPACK delegate cannot prepare its int8 DENSIFY
+# weights, so it runs only with delegate "none" (plain CPU kernels).
+TENSORFLOW_VARIANTS = tuple(vid for vid in BUILDERS if vid != "tflite/sparse_int8")
 RUNS_ON = {"openvino": "openvino", "onnx": "onnxruntime", "tflite": "litert"}
+
+
+def default_variants(kind: SourceKind) -> tuple[str, ...]:
+    """What `--variants` means when not given: every variant the source's format can be turned into."""
+    return TENSORFLOW_VARIANTS if kind.is_tensorflow else DEFAULT_VARIANTS
 
 
 def check_variant_ids(variant_ids: tuple[str, ...]) -> tuple[str, ...]:

@@ -64,10 +64,11 @@ def test_missing_file_and_missing_ir_weights_are_errors(tmp_path: Path) -> None:
         detect_source(xml)
 
 
-def test_saved_model_folder_is_named(tmp_path: Path) -> None:
-    (tmp_path / "saved_model.pb").write_bytes(b"")
-    with pytest.raises(ConversionError, match="TensorFlow SavedModel"):
+def test_folders_other_than_a_saved_model_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConversionError, match=r"directory without saved_model\.pb"):
         detect_source(tmp_path)
+    (tmp_path / "saved_model.pb").write_bytes(b"")
+    assert detect_source(tmp_path).kind is SourceKind.SAVED_MODEL
 
 
 def test_onnx_from_tflite_or_openvino_is_skipped_with_a_reason(face_package_dir: Path, tiny_openvino: Path) -> None:
