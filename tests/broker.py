@@ -137,6 +137,7 @@ class Mosquitto:
         self.host = "127.0.0.1"
         self.log_path = directory / "mosquitto.log"
         self._process: subprocess.Popen[bytes] | None = None
+        self._started_once = False  # a restart must keep its ports: clients reconnect to them
         self._collectors: list[Collector] = []
         directory.mkdir(parents=True, exist_ok=True)
         self.config_path = self._write_config()
@@ -188,6 +189,18 @@ class Mosquitto:
         return self._process is not None and self._process.poll() is None
 
     def start(self, timeout: float = 5.0) -> Mosquitto:
+        """Start the broker; on a first start whose ports were taken meanwhile, try again on fresh ones."""
+        for attempt in range(3):
+            try:
+                return self._start(timeout)
+            except RuntimeError:
+                if attempt == 2 or self._started_once or "Address already in use" not in self.log():
+                    raise
+                self.port, self.control_port = free_port(), free_port()
+                self.config_path = self._write_config()
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> Mosquitto:
         if self.running:
             return self
         log = self.log_path.open("ab")
@@ -202,6 +215,7 @@ class Mosquitto:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"mosquitto did not listen within {timeout}s:\n{self.log()}")
             time.sleep(0.01)
+        self._started_once = True
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
