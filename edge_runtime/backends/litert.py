@@ -1,10 +1,11 @@
 """LiteRT (TensorFlow Lite) backend: the CPU through XNNPACK, a Coral Edge TPU, or a GPU/external delegate.
 
 A model runs with one delegate. The delegate named in the options is tried first, then each fallback:
-an accelerator's library can be missing on a box that still runs the model well on the CPU, so a
-failure is logged and kept in `runs_on.details["fallback"]` rather than stopping the daemon. Models
-compiled for the Edge TPU (`*_edgetpu.tflite`) are the exception: the CPU cannot run them correctly,
-so they are refused instead.
+an accelerator's library can be missing on a box that still runs the model well on the CPU, and a
+delegate that loads can still fail to prepare a model (XNNPACK cannot prepare int8 weights stored
+sparse), which the built-in kernels run. Either failure is logged and kept in
+`runs_on.details["fallback"]` rather than stopping the daemon. Models compiled for the Edge TPU
+(`*_edgetpu.tflite`) are the exception: the CPU cannot run them correctly, so they are refused instead.
 
 The interpreter comes from `ai_edge_litert`, else `tflite_runtime`, else `tensorflow`, imported on
 first use so that importing this module needs none of them.
@@ -13,6 +14,7 @@ first use so that importing this module needs none of them.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,6 +72,17 @@ class _Session:
             if -1 in d.get("shape_signature", ())
         }
         self._set, self._invoke, self._get = interpreter.set_tensor, interpreter.invoke, interpreter.get_tensor
+        if self._dynamic:
+            self._finish_preparing(inputs)
+
+    def _finish_preparing(self, inputs: list[dict[str, Any]]) -> None:
+        """Run once on zeros: with dynamic shapes, delegated ops are prepared at the first invoke, not at allocation.
+
+        A delegate that cannot prepare the model then fails here, while loading, where the next one can take over.
+        """
+        for detail in inputs:
+            self._set(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
+        self._invoke()
 
     def run(self, inputs: Sequence[np.ndarray]) -> Outputs:
         if len(inputs) != len(self._indices):
@@ -125,11 +138,7 @@ class LiteRtBackend(Backend):
         self._library = interpreter_library()
         if not source.path.is_file():
             raise ModelLoadError(f"LiteRT model file {source.path} does not exist")
-        interpreter, self._choice, failures = self._open()
-        try:
-            self._session = _Session(interpreter, source.path.name)
-        except (ValueError, RuntimeError) as exc:
-            raise ModelLoadError(f"LiteRT cannot prepare {source.path}: {exc}") from exc
+        interpreter, self._session, self._choice, failures = self._open()
         self.inputs = _specs(interpreter.get_input_details())
         self.outputs = _specs(interpreter.get_output_details())
         self.runs_on = self._describe(interpreter, failures)
@@ -147,8 +156,8 @@ class LiteRtBackend(Backend):
     def close(self) -> None:
         self.__dict__.pop("_session", None)  # frees the interpreter, then its delegate and device
 
-    def _open(self) -> tuple[Any, DelegateChoice, list[str]]:
-        """The first delegate in the fallback order that loads and takes the model."""
+    def _open(self) -> tuple[Any, _Session, DelegateChoice, list[str]]:
+        """The first delegate in the fallback order that loads and prepares the model."""
         edgetpu_only = self._source.target == "edgetpu" or self._source.path.stem.endswith("_edgetpu")
         name = self._source.path.name
         if edgetpu_only and self._options.delegate != "edgetpu":
@@ -158,13 +167,23 @@ class LiteRtBackend(Backend):
             )
         order: list[DelegateName] = ["edgetpu"] if edgetpu_only else [self._options.delegate, *self._options.fallback]
         failures: list[str] = []
+        unprepared = False
         for delegate in dict.fromkeys(order):
             choice = DelegateChoice.of(delegate, self._options)
             try:
-                return self._interpreter(choice, choice.load(self._library), self._threads), choice, failures
+                interpreter = self._interpreter(choice, choice.load(self._library), self._threads)
             except DelegateError as exc:
                 failures.append(f"delegate {delegate} ({choice.library}) failed: {exc}")
                 log.warning("LiteRT %s: %s", name, failures[-1])
+                continue
+            try:
+                return interpreter, _Session(interpreter, name), choice, failures
+            except (ValueError, RuntimeError) as exc:
+                unprepared = True
+                failures.append(f"{_describe_choice(choice)} could not prepare the model: {_one_line(exc)}")
+                log.warning("LiteRT %s: %s", name, failures[-1])
+        if unprepared:
+            raise ModelLoadError(f"LiteRT cannot prepare {self._source.path}: {'; '.join(failures)}")
         refusal = "; Edge TPU models never run on the CPU" if edgetpu_only else ""
         raise BackendUnavailableError(f"LiteRT cannot run {name}: {'; '.join(failures)}{refusal}")
 
@@ -199,6 +218,18 @@ class LiteRtBackend(Backend):
             details["fallback"] = "; ".join(failures)
         device, device_name = self._choice.device()
         return RunsOn(self.key, device, device_name, precision, details)
+
+
+def _describe_choice(choice: DelegateChoice) -> str:
+    if choice.name == "none":
+        return "the built-in kernels (delegate none)"
+    return f"delegate {choice.name}" + (f" ({choice.library})" if choice.library else "")
+
+
+def _one_line(exc: BaseException) -> str:
+    """LiteRT's error lines, which it runs together ("...not broadcastable.Node number 0 (ADD)..."), as sentences."""
+    text = re.sub(r"(?<=[^\s.])\.?(?=Node number \d)", ". ", str(exc))
+    return " ".join(text.split())
 
 
 def _specs(details: list[dict[str, Any]]) -> list[TensorSpec]:

@@ -1,7 +1,11 @@
 """LiteRT delegates: which library each delegate is, how it is loaded, and what it runs on.
 
 The delegate libraries (libedgetpu, a GPU or vendor plugin) are opened only when a model is loaded
-with them; a missing one is a `DelegateError` the backend answers with the next fallback.
+with them; a missing one is a `DelegateError` the backend answers with the next fallback, as it
+answers a delegate that loads but cannot prepare the model.
+
+XNNPACK is no library of its own: LiteRT applies it by default to every interpreter, so delegate
+"xnnpack" is the interpreter as it comes, and "none" asks for BUILTIN_WITHOUT_DEFAULT_DELEGATES.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ GPU_DELEGATE_LIBRARY = "libtensorflowlite_gpu_delegate.so"
 # opening it during that switch fails once.
 EDGETPU_RETRY_PAUSE_S = 2.0
 _CORAL_USB_IDS = {("1a6e", "089a"), ("18d1", "9302")}
-_CPU_FALLBACK: list[DelegateName] = ["xnnpack"]
+# XNNPACK first; the built-in kernels take what XNNPACK cannot prepare (int8 weights stored sparse).
+_CPU_FALLBACK: list[DelegateName] = ["xnnpack", "none"]
 _PLUGIN_SYMBOLS = ("tflite_plugin_create_delegate", "tflite_plugin_destroy_delegate")
 
 
@@ -43,7 +48,8 @@ class LiteRtOptions(BackendOptions):
     delegate: DelegateName = Field("xnnpack", description="xnnpack: CPU (LiteRT's default); none: plain CPU kernels.")
     fallback: list[DelegateName] = Field(
         default_factory=lambda: _CPU_FALLBACK.copy(),
-        description="Delegates tried in order when the chosen one fails to load; [] makes that an error.",
+        description="Delegates tried in order when the chosen one fails to load or to prepare the model; "
+        "[] makes that an error.",
     )
     edgetpu_device: str = Field(
         ":0",

@@ -177,7 +177,7 @@ def test_a_library_that_is_no_delegate_plugin_falls_back(face_tflite: Path) -> N
 
 
 def test_option_validation() -> None:
-    assert LiteRtOptions().fallback == ["xnnpack"]
+    assert LiteRtOptions().fallback == ["xnnpack", "none"]
     for device in ("usb", "usb:1", "pci:0", ":0"):
         assert LiteRtOptions(edgetpu_device=device).edgetpu_device == device
     with pytest.raises(ConfigError, match="edgetpu_device"):
