@@ -41,8 +41,11 @@ class FrameTransform:
 class ImagePreprocessor:
     """Turns BGR uint8 frames (as OpenCV captures them) into one model input tensor.
 
-    Everything that does not depend on the frame (target size, normalisation constants, quantization)
-    is computed once here, so the per-frame path is a resize, a colour swap and one fused affine map.
+    Everything that does not depend on the frame (target size, colour handling, normalisation
+    constants tiled to a whole row, quantization) is computed once here. Per frame there is a resize
+    and one fused affine map written straight into the model's layout: float inputs are scaled into a
+    fresh buffer with `out=`, so no intermediate image is allocated, and an NCHW model reads each
+    channel from the frame in the order it wants, so the colour swap costs nothing.
     """
 
     def __init__(self, spec: InputSpec, tensor: TensorSpec):
@@ -52,22 +55,32 @@ class ImagePreprocessor:
         self.spec = spec
         self.tensor = tensor
         self.height, self.width = size
-        channels = spec.channels or 3
-        mean = np.broadcast_to(np.asarray(spec.mean or (0.0,), np.float32), (channels,))
-        std = np.broadcast_to(np.asarray(spec.std or (1.0,), np.float32), (channels,))
+        self.channels = spec.channels or 3
+        self._colour = _colour_order(spec, tensor.name, self.channels)
+        mean = np.broadcast_to(np.asarray(spec.mean or (0.0,), np.float32), (self.channels,))
+        std = np.broadcast_to(np.asarray(spec.std or (1.0,), np.float32), (self.channels,))
         scale, offset = 1.0 / std, -mean / std
         if tensor.quantization is not None:
             q = tensor.quantization
             scale, offset = scale / q.scale, offset / q.scale + q.zero_point
         self._scale = scale.astype(np.float32)
         self._offset = offset.astype(np.float32)
+        self._row_scale = np.tile(self._scale, self.width)  # one NHWC row: scale per pixel and channel
+        self._row_offset = np.tile(self._offset, self.width)
         self._identity = bool(np.all(self._scale == 1.0) and np.all(self._offset == 0.0))
         self._dtype = np.dtype(tensor.dtype)
         self._integer = np.issubdtype(self._dtype, np.integer)
+        # BGR frame channel feeding each model channel, when the colour order is a pure permutation
+        self._source_channel = (2, 1, 0) if self._colour == "RGB" else (0, 1, 2)
 
     def __call__(self, frame_bgr: np.ndarray) -> tuple[np.ndarray, FrameTransform]:
         image, transform = self._fit(frame_bgr)
-        image = self._convert_colour(image)
+        if self._colour == "GRAY":
+            image = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)[..., np.newaxis]
+        if self._dtype == np.float32 and not self._identity:
+            return self._to_float(image), transform
+        if self._colour == "RGB":
+            image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
         tensor = self._normalise(image)
         if self.spec.layout == "NCHW":
             tensor = tensor.transpose(2, 0, 1)
@@ -77,12 +90,12 @@ class ImagePreprocessor:
         src_h, src_w = frame.shape[:2]
         if self.spec.resize == "stretch":
             sx, sy = self.width / src_w, self.height / src_h
-            resized = cv2.resize(frame, (self.width, self.height), interpolation=cv2.INTER_LINEAR)
+            resized = _resize(frame, self.width, self.height)
             return resized, FrameTransform(src_w, src_h, sx, sy, 0.0, 0.0, self.width, self.height)
         fit = min if self.spec.resize == "letterbox" else max
         scale = fit(self.width / src_w, self.height / src_h)
         new_w, new_h = max(1, round(src_w * scale)), max(1, round(src_h * scale))
-        resized = cv2.resize(frame, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+        resized = _resize(frame, new_w, new_h)
         off_x, off_y = (self.width - new_w) // 2, (self.height - new_h) // 2
         if self.spec.resize == "letterbox":
             canvas = np.zeros((self.height, self.width, frame.shape[2]), dtype=frame.dtype)
@@ -91,12 +104,23 @@ class ImagePreprocessor:
             canvas = resized[-off_y : -off_y + self.height, -off_x : -off_x + self.width]
         return canvas, FrameTransform(src_w, src_h, scale, scale, off_x, off_y, self.width, self.height)
 
-    def _convert_colour(self, image: np.ndarray) -> np.ndarray:
-        if self.spec.color_order == "RGB":
-            return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
-        if self.spec.color_order == "GRAY":
-            return cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)[..., np.newaxis]
-        return image
+    def _to_float(self, image: np.ndarray) -> np.ndarray:
+        """`image * scale + offset` in float32, computed straight into a tensor in the model's layout."""
+        if self.spec.layout == "NCHW":
+            tensor = np.empty((1, self.channels, self.height, self.width), np.float32)
+            for channel in range(self.channels):
+                plane = tensor[0, channel]
+                source = image[:, :, self._source_channel[channel] if self.channels == 3 else channel]
+                np.multiply(source, self._scale[channel], out=plane)
+                np.add(plane, self._offset[channel], out=plane)
+            return tensor
+        if self._colour == "RGB":
+            image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+        tensor = np.empty((1, self.height, self.width, self.channels), np.float32)
+        rows = tensor.reshape(self.height, self.width * self.channels)
+        np.multiply(image.reshape(self.height, self.width * self.channels), self._row_scale, out=rows)
+        np.add(rows, self._row_offset, out=rows)
+        return tensor
 
     def _normalise(self, image: np.ndarray) -> np.ndarray:
         if self._identity and image.dtype == self._dtype:
@@ -106,6 +130,24 @@ class ImagePreprocessor:
             info = np.iinfo(self._dtype)
             values = np.clip(np.rint(values), info.min, info.max)
         return values.astype(self._dtype, copy=False)
+
+
+def _resize(frame: np.ndarray, width: int, height: int) -> np.ndarray:
+    if frame.shape[1] == width and frame.shape[0] == height:
+        return frame
+    return cv2.resize(frame, (width, height), interpolation=cv2.INTER_LINEAR)
+
+
+def _colour_order(spec: InputSpec, name: str, channels: int) -> str:
+    """The colour order to produce: a one-channel model gets grey unless the manifest says otherwise."""
+    order = spec.color_order or ("GRAY" if channels == 1 else "BGR")
+    produced = 1 if order == "GRAY" else 3
+    if produced != channels:
+        raise ConfigError(
+            f"input {name}: color_order {order} gives {produced} channel(s), the model takes {channels}; "
+            "set color_order to GRAY for one channel, RGB or BGR for three"
+        )
+    return order
 
 
 class WindowPreprocessor:

@@ -62,6 +62,31 @@ def test_uint8_identity_passes_pixels_through() -> None:
     assert tensor.dtype == np.uint8 and np.array_equal(tensor[0], frame)
 
 
+def test_nchw_rgb_takes_each_channel_from_the_bgr_frame_in_model_order() -> None:
+    pre = make(InputSpec(shape=(1, 3, 2, 2), layout="NCHW", color_order="RGB", mean=(1.0, 2.0, 3.0), std=(2.0,)))
+    frame = np.empty((2, 2, 3), np.uint8)
+    frame[..., 0], frame[..., 1], frame[..., 2] = 10, 20, 30  # B, G, R
+    tensor, _ = pre(frame)
+    assert tensor.flags.c_contiguous
+    assert [float(tensor[0, c, 0, 0]) for c in range(3)] == [(30 - 1) / 2, (20 - 2) / 2, (10 - 3) / 2]
+
+
+def test_a_one_channel_model_gets_grey_without_a_colour_order() -> None:
+    pre = make(InputSpec(shape=(1, 2, 2, 1), layout="NHWC", mean=(0.0,), std=(255.0,)))
+    frame = np.zeros((4, 4, 3), np.uint8)
+    frame[..., 1] = 255  # pure green: grey level 150 (0.587 of 255)
+    tensor, _ = pre(frame)
+    assert tensor.shape == (1, 2, 2, 1)
+    assert np.allclose(tensor, 150 / 255)
+
+
+def test_a_colour_order_that_gives_the_wrong_channel_count_is_refused() -> None:
+    with pytest.raises(ConfigError, match="color_order RGB gives 3 channel"):
+        make(InputSpec(shape=(1, 8, 8, 1), layout="NHWC", color_order="RGB"))
+    with pytest.raises(ConfigError, match="color_order GRAY gives 1 channel"):
+        make(InputSpec(shape=(1, 3, 8, 8), layout="NCHW", color_order="GRAY"))
+
+
 def test_non_image_input_is_refused() -> None:
     with pytest.raises(ConfigError, match="needs an NHWC or NCHW 4-D shape"):
         make(InputSpec(shape=(1, 10), layout="NC"))
