@@ -216,9 +216,10 @@ class OpenVinoAsyncRunner(AsyncRunner):
     """
 
     def __init__(self, compiled: Any, jobs: int, callback: Callback) -> None:
-        from openvino import AsyncInferQueue
+        from openvino import AsyncInferQueue, Tensor
 
         self._queue = AsyncInferQueue(compiled, jobs)
+        self._tensor_type = Tensor  # wrapping the arrays ourselves skips the queue's per-call type dispatch
         self._input_dtypes = [np.dtype(port.get_element_type().to_dtype()) for port in compiled.inputs]
         self.capacity = len(self._queue)
         self._callback = callback
@@ -240,7 +241,8 @@ class OpenVinoAsyncRunner(AsyncRunner):
         with self._submit_lock:  # the queue picks its idle request before starting it
             try:
                 arrays = [_shareable(array, dtype) for array, dtype in zip(inputs, self._input_dtypes, strict=True)]
-                self._queue.start_async(arrays, (userdata, arrays), share_inputs=True)
+                tensors = {index: self._tensor_type(array, shared_memory=True) for index, array in enumerate(arrays)}
+                self._queue.start_async(tensors, (userdata, arrays), share_inputs=True)
             except (RuntimeError, TypeError, ValueError) as error:
                 failure: BaseException = ModelMismatchError(f"OpenVINO refused the inputs: {first_line(error)}")
             else:
