@@ -14,11 +14,12 @@ from typing import TypeVar
 
 import numpy as np
 
+from converters.detection_metrics import Box
 from converters.errors import ConversionError
 from converters.progress import Warnings, step
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.package.manifest import InputSpec
-from edge_runtime.preprocess import ImagePreprocessor
+from edge_runtime.preprocess import FrameTransform, ImagePreprocessor
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm"})
 RECOMMENDED_SAMPLES = 300
@@ -33,6 +34,8 @@ class SampleSet:
     origin: str
     labels: np.ndarray | None = None  # class index per sample
     class_names: tuple[str, ...] = ()
+    boxes: tuple[tuple[Box, ...], ...] | None = None  # annotated boxes per sample (detection), in image pixels
+    transforms: tuple[FrameTransform, ...] = ()  # per sample with boxes: model coordinates to image pixels
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -44,7 +47,7 @@ def load_calibration(
     """Up to `subset_size` samples (a seeded random choice when there are more) from a folder, .npy or .npz."""
     if path.is_dir():
         files = _pick(image_files(path, "calibration"), subset_size, seed)
-        samples = [[image] for image in _read_images(files, _only_image_spec(specs, path))]
+        samples = [[image] for image in _read_images(files, only_image_spec(specs, path))]
     else:
         arrays = _read_arrays(path, specs, names)
         samples = _split(arrays, _pick(list(range(len(arrays[0]))), subset_size, seed))
@@ -61,7 +64,7 @@ def load_calibration(
 def load_validation(path: Path, specs: Sequence[InputSpec], names: Sequence[str], labels: Sequence[str]) -> SampleSet:
     """A labelled set: an ImageFolder tree (one folder per class) or an .npz with `x` (or one key per input) and `y`."""
     if path.is_dir():
-        return _image_folder(path, _only_image_spec(specs, path), labels)
+        return _image_folder(path, only_image_spec(specs, path), labels)
     arrays = _read_arrays(path, specs, names)
     with _open_npz(path) as data:
         if "y" not in data:
@@ -91,7 +94,7 @@ def _pick(items: list[T], count: int, seed: int) -> list[T]:
     return [items[int(i)] for i in chosen]
 
 
-def _only_image_spec(specs: Sequence[InputSpec], path: Path) -> InputSpec:
+def only_image_spec(specs: Sequence[InputSpec], path: Path) -> InputSpec:
     if len(specs) != 1 or specs[0].spatial_size is None:
         shapes = ", ".join(str(list(s.shape)) for s in specs)
         raise ConversionError(
@@ -102,17 +105,22 @@ def _only_image_spec(specs: Sequence[InputSpec], path: Path) -> InputSpec:
 
 
 def _read_images(files: Sequence[Path], spec: InputSpec) -> list[np.ndarray]:
+    return [tensor for tensor, _ in preprocess_images(files, spec)]
+
+
+def preprocess_images(files: Sequence[Path], spec: InputSpec) -> list[tuple[np.ndarray, FrameTransform]]:
+    """Each image as the model's input tensor, with the transform that maps model coordinates back to its pixels."""
     import cv2
 
     preprocess = ImagePreprocessor(spec, TensorSpec("input", spec.shape, spec.dtype))
     step(f"reading {len(files)} images from {files[0].parent if files else ''}")
-    tensors = []
+    prepared = []
     for file in files:
         image = cv2.imread(str(file), cv2.IMREAD_COLOR)
         if image is None:
             raise ConversionError(f"cannot read image {file} (not an image or corrupt); remove it or replace it")
-        tensors.append(preprocess(image)[0])
-    return tensors
+        prepared.append(preprocess(image))
+    return prepared
 
 
 def _image_folder(root: Path, spec: InputSpec, labels: Sequence[str]) -> SampleSet:

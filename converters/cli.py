@@ -72,7 +72,17 @@ def _input_arguments(group: argparse._ArgumentGroup) -> None:
 
 def _data_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--calibration", type=Path, help="image folder, .npy or .npz of preprocessed inputs")
-    group.add_argument("--validation", type=Path, help="ImageFolder tree (a folder per class) or .npz with x and y")
+    group.add_argument(
+        "--validation",
+        type=Path,
+        help="ImageFolder tree (a folder per class), .npz with x and y, or the images of --annotations",
+    )
+    group.add_argument(
+        "--annotations",
+        type=Path,
+        metavar="FILE.json",
+        help="COCO boxes for the --validation images (detection): reports mAP@0.5 and flags on its drop",
+    )
     group.add_argument("--subset-size", type=int, default=300, help="calibration samples to use (default 300)")
     group.add_argument("--preset", choices=["performance", "mixed"], default="performance")
     group.add_argument("--fast-bias-correction", action=argparse.BooleanOptionalAction, default=True)
@@ -141,6 +151,7 @@ def options_from(args: argparse.Namespace) -> ConvertOptions:
         input_flags=flags,
         calibration=args.calibration,
         validation=args.validation,
+        annotations=args.annotations,
         settings=settings,
         variants=args.variants,
         drop_threshold=args.drop_threshold,

@@ -13,17 +13,20 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.calibration import Sample
+from converters.calibration import Sample, SampleSet
+from converters.detection_metrics import Box, DetectionAccuracy, mean_average_precision
+from converters.errors import ConversionError
 from converters.metrics import RunOutputs
 from converters.progress import Warnings, step
 from converters.sources import SourceKind, SourceModel
 from converters.variants import RUNS_ON
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.benchmark import LatencyStats, ThroughputStats, bench_feed, measure_latency, measure_throughput
+from edge_runtime.decoders.decoded import Detections
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.model import LoadedModel, load_model
 from edge_runtime.package.loader import ModelPackage, open_package
-from edge_runtime.package.manifest import ModelFormat
+from edge_runtime.package.manifest import DecoderSpec, ModelFormat
 
 # Keras and SavedModel sources are their own reference, run by TensorFlow (converters.tensorflow_models).
 REFERENCE_RUNTIME = {SourceKind.ONNX: "onnxruntime", SourceKind.TFLITE: "litert", SourceKind.OPENVINO: "openvino"}
@@ -78,6 +81,31 @@ def run_outputs(model: LoadedModel, samples: Sequence[Sample]) -> RunOutputs:
         for store, output in zip(collected, dequantize(model.infer(feed), model.outputs), strict=True):
             store.append(np.asarray(output, np.float64))
     return RunOutputs([t.name for t in model.outputs], [np.stack(arrays) for arrays in collected])
+
+
+def detection_accuracy(
+    outputs: RunOutputs, eval_set: SampleSet, decoder: DecoderSpec, labels: Sequence[str]
+) -> DetectionAccuracy:
+    """mAP@0.5 of a model's boxes, decoded per sample as the daemon decodes them: same decoder, source pixels.
+
+    The outputs are decoded in the model's own output order; each sample's transform is the one the
+    runtime's preprocessing produced for its image, so letterbox padding or crop is undone as in service.
+    """
+    from edge_runtime.decoders import make_decoder
+
+    if eval_set.boxes is None:
+        raise ConversionError(f"{eval_set.origin} has no annotated boxes to score detections against")
+    decode = make_decoder(decoder.name, decoder.params, tuple(labels)).decode
+    specs = [
+        TensorSpec(name, array.shape[1:], "float32") for name, array in zip(outputs.names, outputs.arrays, strict=True)
+    ]
+    found: list[list[Box]] = []
+    for index, transform in enumerate(eval_set.transforms):
+        decoded = decode([array[index].astype(np.float32) for array in outputs.arrays], specs, transform)
+        if not isinstance(decoded, Detections):
+            raise ConversionError(f"decoder {decoder.name} returns {decoded.task} results, not boxes")
+        found.append([Box(d.label, d.box, d.score) for d in decoded.detections])
+    return mean_average_precision(eval_set.boxes, found)
 
 
 def as_model_input(array: np.ndarray, tensor: TensorSpec) -> np.ndarray:

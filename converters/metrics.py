@@ -1,8 +1,9 @@
 """How far a variant is from the fp32 reference: output agreement, accuracy, and one "drop" figure.
 
-The drop is what the ship/do-not-ship flag looks at, in points: top-1 accuracy lost when labels
-exist; without labels, the share of samples whose predicted class changed for a classifier, and for
-other tasks the mean output error as a percentage of the reference output's value range.
+The drop is what the ship/do-not-ship flag looks at, in points: mAP@0.5 lost when annotated boxes
+exist (detection), top-1 accuracy lost when labels exist; without either, the share of samples whose
+predicted class changed for a classifier, and for other tasks the mean output error as a percentage
+of the reference output's value range.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from converters.detection_metrics import DetectionAccuracy
 from converters.errors import ConversionError
 
 
@@ -112,7 +114,16 @@ def accuracy(outputs: RunOutputs, labels: np.ndarray) -> Accuracy:
     return Accuracy(top1, top5)
 
 
-def drop_of(reference: Accuracy | None, candidate: Accuracy | None, agreed: Agreement) -> Drop:
+def drop_of(
+    reference: Accuracy | None,
+    candidate: Accuracy | None,
+    agreed: Agreement,
+    reference_boxes: DetectionAccuracy | None = None,
+    candidate_boxes: DetectionAccuracy | None = None,
+) -> Drop:
+    """The figure the flag looks at: task accuracy lost where ground truth exists, else disagreement with fp32."""
+    if reference_boxes is not None and candidate_boxes is not None:
+        return Drop(100.0 * (reference_boxes.map50 - candidate_boxes.map50), "mAP@0.5 lost, in points")
     if reference is not None and candidate is not None:
         return Drop(100.0 * (reference.top1 - candidate.top1), "top-1 accuracy lost, in points")
     if agreed.top1_agreement is not None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from converters.annotations import check_detection_decoder, detection_task, load_annotated_images
 from converters.calibration import SampleSet, load_calibration, load_validation, synthetic_samples
 from converters.context import BuildContext, QuantizationSettings
 from converters.describe import (
@@ -25,9 +27,11 @@ from converters.describe import (
     parse_labels,
     parse_task,
 )
+from converters.detection_metrics import DetectionAccuracy
 from converters.errors import ConversionError, VariantSkippedError
 from converters.evaluate import (
     describe_reference,
+    detection_accuracy,
     load_reference,
     load_variant,
     measure_speed,
@@ -43,7 +47,16 @@ from converters.sources import SourceModel, first_line
 from converters.variants import BUILDERS, RUNS_ON, check_variant_ids, default_variants
 from edge_runtime.errors import BackendUnavailableError
 from edge_runtime.package.loader import ModelPackage, open_package
-from edge_runtime.package.manifest import MANIFEST_NAME, SCHEMA_VERSION, InputSpec, Manifest, Precision, Task, Variant
+from edge_runtime.package.manifest import (
+    MANIFEST_NAME,
+    SCHEMA_VERSION,
+    DecoderSpec,
+    InputSpec,
+    Manifest,
+    Precision,
+    Task,
+    Variant,
+)
 from edge_runtime.package.writer import describe_variant, write_package
 
 SYNTHETIC_SAMPLES = 16
@@ -60,6 +73,7 @@ class ConvertOptions:
     input_flags: InputFlags = field(default_factory=InputFlags)
     calibration: Path | None = None
     validation: Path | None = None
+    annotations: Path | None = None  # COCO boxes for the images in `validation` (detection models)
     settings: QuantizationSettings = field(default_factory=QuantizationSettings)
     variants: tuple[str, ...] | None = None  # None: every variant the source's format can be turned into
     drop_threshold: float = 1.0
@@ -69,6 +83,16 @@ class ConvertOptions:
     overwrite: bool = False
     prune: PruneOptions | None = None
     input_shape: tuple[int, ...] | None = None  # for PyTorch `module:factory` sources
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The fp32 reference's figures on the evaluation set, which every variant is held to."""
+
+    outputs: RunOutputs
+    labels: np.ndarray | None  # class index per sample, for classifiers with a labelled validation set
+    accuracy: Accuracy | None = None
+    detection: DetectionAccuracy | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +130,12 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
     eval_set = evaluation_set(inputs, warnings)
     labels = eval_set.labels if inputs.task is Task.CLASSIFICATION else None
     reference_outputs, reference_label = run_reference(inputs.source, eval_set, warnings)
+    reference = Reference(
+        reference_outputs,
+        labels,
+        accuracy(reference_outputs, labels) if labels is not None else None,
+        score_boxes(reference_outputs, eval_set, inputs.manifest_fields["decoder"], inputs.manifest_fields["labels"]),
+    )
     built_from, pruning = inputs.source, None
     if options.prune is not None:
         built_from, pruning = prune_source(inputs.source, options.prune, scratch)
@@ -113,7 +143,6 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
         built_from, options.out_dir, inputs.calibration, inputs.validation, inputs.task, options.settings
     )
     results = [build_variant(ctx, variant_id) for variant_id in variant_ids]
-    reference_accuracy = accuracy(reference_outputs, labels) if labels is not None else None
     report = ConversionReport(
         name=str(inputs.manifest_fields["name"]),
         source=inputs.source_label,
@@ -123,7 +152,8 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
         settings=options.settings,
         drop_threshold=options.drop_threshold,
         bench_seconds=options.bench_seconds,
-        reference_accuracy=reference_accuracy,
+        reference_accuracy=reference.accuracy,
+        reference_detection=reference.detection,
         warnings=warnings.items,
         variants=results,
         pruning=pruning,
@@ -131,7 +161,7 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
     package = _package_in_memory(options.out_dir, results, inputs.manifest_fields)
     for result in results:
         if result.status == "ok" and package is not None:
-            evaluate_variant(package, result, reference_outputs, eval_set, labels, reference_accuracy, options)
+            evaluate_variant(package, result, reference, eval_set, options)
     report.package_written = _write_manifest(options.out_dir, results, inputs.manifest_fields)
     write_report(report, options.out_dir)
     return report
@@ -145,6 +175,15 @@ def evaluation_set(inputs: Inputs, warnings: Warnings) -> SampleSet:
         return inputs.calibration
     warnings.add("no calibration or validation data: agreement was measured on synthetic inputs")
     return synthetic_samples(inputs.specs, SYNTHETIC_SAMPLES, inputs.settings_seed)
+
+
+def score_boxes(
+    outputs: RunOutputs, eval_set: SampleSet, decoder: DecoderSpec | None, labels: Sequence[str]
+) -> DetectionAccuracy | None:
+    """mAP@0.5 where the evaluation set has annotated boxes; the manifest's decoder turns outputs into boxes."""
+    if eval_set.boxes is None or decoder is None:
+        return None
+    return detection_accuracy(outputs, eval_set, decoder, labels)
 
 
 def run_reference(source: SourceModel, eval_set: SampleSet, warnings: Warnings) -> tuple[RunOutputs, str]:
@@ -169,12 +208,20 @@ def read_inputs(options: ConvertOptions, warnings: Warnings, scratch: Path) -> I
     names = [t.name for t in tensors]
     labels = parse_labels(options.labels)
     validation = None
-    if options.validation is not None:
-        step(f"reading validation data {options.validation}")
-        validation = load_validation(options.validation, specs, names, labels)
-        labels = labels or validation.class_names
-    task = parse_task(options.task, labelled=bool(labels) or (validation is not None and validation.labels is not None))
-    decoder = parse_decoder(options.decoder, options.decoder_params, labels)
+    if options.annotations is not None:
+        task = detection_task(options.task)
+        decoder = parse_decoder(options.decoder, options.decoder_params, labels)
+        check_detection_decoder(decoder, labels)
+        step(f"reading annotations {options.annotations}")
+        validation = load_annotated_images(options.annotations, options.validation, specs, labels, warnings)
+    else:
+        if options.validation is not None:
+            step(f"reading validation data {options.validation}")
+            validation = load_validation(options.validation, specs, names, labels)
+            labels = labels or validation.class_names
+        labelled = bool(labels) or (validation is not None and validation.labels is not None)
+        task = parse_task(options.task, labelled=labelled)
+        decoder = parse_decoder(options.decoder, options.decoder_params, labels)
     calibration = None
     if options.calibration is not None:
         step(f"reading calibration data {options.calibration}")
@@ -271,15 +318,9 @@ def _package_in_memory(out_dir: Path, results: list[VariantResult], fields: dict
 
 
 def evaluate_variant(
-    package: ModelPackage,
-    result: VariantResult,
-    reference: RunOutputs,
-    eval_set: SampleSet,
-    labels: np.ndarray | None,
-    reference_accuracy: Accuracy | None,
-    options: ConvertOptions,
+    package: ModelPackage, result: VariantResult, reference: Reference, eval_set: SampleSet, options: ConvertOptions
 ) -> None:
-    """Agreement, accuracy and speed of one variant; a variant that does not load or run is failed."""
+    """Agreement, accuracy, mAP and speed of one variant; a variant that does not load or run is failed."""
     try:
         model = load_variant(package, result.variant_id)
     except BackendUnavailableError as error:
@@ -294,9 +335,13 @@ def evaluate_variant(
     try:
         step(f"{result.variant_id}: running {len(eval_set)} samples on {model.label}")
         outputs = run_outputs(model, eval_set.samples)
-        result.agreement = agreement(reference, outputs, classification=package.manifest.task is Task.CLASSIFICATION)
-        result.accuracy = accuracy(outputs, labels) if labels is not None else None
-        result.drop = drop_of(reference_accuracy, result.accuracy, result.agreement)
+        classification = package.manifest.task is Task.CLASSIFICATION
+        result.agreement = agreement(reference.outputs, outputs, classification=classification)
+        result.accuracy = accuracy(outputs, reference.labels) if reference.labels is not None else None
+        result.detection = score_boxes(outputs, eval_set, package.manifest.decoder, package.manifest.labels)
+        result.drop = drop_of(
+            reference.accuracy, result.accuracy, result.agreement, reference.detection, result.detection
+        )
         result.flagged = result.drop.points > options.drop_threshold
         if options.bench_seconds > 0:
             result.speed = measure_speed(model, options.bench_seconds, options.settings.seed)

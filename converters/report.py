@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from converters.context import BuiltVariant, QuantizationSettings
+from converters.detection_metrics import DetectionAccuracy
 from converters.evaluate import Speed
 from converters.metrics import Accuracy, Agreement, Drop
 from converters.pruning import PruningSummary
@@ -30,6 +31,7 @@ class VariantResult:
     sparsity: float | None = None
     agreement: Agreement | None = None
     accuracy: Accuracy | None = None
+    detection: DetectionAccuracy | None = None  # mAP@0.5 against annotated boxes
     drop: Drop | None = None
     speed: Speed | None = None
     flagged: bool = False
@@ -44,6 +46,8 @@ class VariantResult:
             values["top1"] = round(self.accuracy.top1, 6)
             if self.accuracy.top5 is not None:
                 values["top5"] = round(self.accuracy.top5, 6)
+        if self.detection is not None:
+            values["map50"] = round(self.detection.map50, 6)
         if self.agreement is not None:
             values["cosine_vs_fp32"] = round(self.agreement.cosine, 6)
             if self.agreement.top1_agreement is not None:
@@ -64,6 +68,7 @@ class ConversionReport:
     drop_threshold: float
     bench_seconds: float
     reference_accuracy: Accuracy | None = None
+    reference_detection: DetectionAccuracy | None = None
     warnings: list[str] = field(default_factory=list)
     variants: list[VariantResult] = field(default_factory=list)
     package_written: bool = False
@@ -110,14 +115,16 @@ def _size(size: int | None) -> str:
     return "–" if size is None else f"{size / 1024:.1f} KiB" if size < 1 << 20 else f"{size / (1 << 20):.2f} MiB"
 
 
-def _row(result: VariantResult, threshold: float) -> str:
+def _row(result: VariantResult, threshold: float, detection: bool) -> str:
     agreed, acc, speed = result.agreement, result.accuracy, result.speed
+    boxes = [_num(None if result.detection is None else 100 * result.detection.map50, ".2f")] if detection else []
     cells = [
         f"`{result.variant_id}`",
         _size(result.size_bytes),
         _num(None if result.sparsity is None else 100 * result.sparsity, ".1f"),
         _num(None if acc is None else 100 * acc.top1, ".2f"),
         _num(None if acc is None or acc.top5 is None else 100 * acc.top5, ".2f"),
+        *boxes,
         _num(None if result.drop is None else result.drop.points, ".2f"),
         _num(None if agreed is None else agreed.cosine, ".5f"),
         _num(None if agreed is None else agreed.max_abs_error, ".3g"),
@@ -149,20 +156,25 @@ def markdown(report: ConversionReport) -> str:
         ref = report.reference_accuracy
         top5 = f", top-5 {100 * ref.top5:.2f}%" if ref.top5 is not None else ""
         lines.append(f"- Reference accuracy: top-1 {100 * ref.top1:.2f}%{top5}")
-    lines += [
-        "",
-        "## Variants",
-        "",
-        "| Variant | Size | Sparsity % | Top-1 % | Top-5 % | Drop (points) | Cosine | Max abs err | Mean abs err "
-        "| Latency median (ms) | Latency p90 (ms) | Throughput (fps) | Verdict |",
-        "|" + "---|" * 13,
-    ]
-    lines += [_row(result, report.drop_threshold) for result in report.variants]
+    if report.reference_detection is not None:
+        ref_boxes = report.reference_detection
+        lines.append(
+            f"- Reference mAP@0.5: {100 * ref_boxes.map50:.2f}% on {ref_boxes.images} images with "
+            f"{ref_boxes.objects} annotated boxes, scoring the boxes the decoder publishes (its min_score applies)"
+        )
+    detection = report.reference_detection is not None or any(r.detection is not None for r in report.variants)
+    columns = ["Variant", "Size", "Sparsity %", "Top-1 %", "Top-5 %", *(["mAP@0.5 %"] if detection else [])]
+    columns += ["Drop (points)", "Cosine", "Max abs err", "Mean abs err", "Latency median (ms)", "Latency p90 (ms)"]
+    columns += ["Throughput (fps)", "Verdict"]
+    lines += ["", "## Variants", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += [_row(result, report.drop_threshold, detection) for result in report.variants]
     drops = {r.drop.metric for r in report.variants if r.drop is not None}
     lines += ["", "Drop: " + "; ".join(sorted(drops)) if drops else "Drop: not measured", ""]
     notes = [f"- `{r.variant_id}`: {note}" for r in report.variants if r.built for note in r.built.notes]
     if notes:
         lines += ["## Notes", "", *notes, ""]
+    if detection:
+        lines += per_class_section(report)
     if report.pruning is not None:
         lines += pruning_section(report.pruning)
     if report.warnings:
@@ -170,6 +182,30 @@ def markdown(report: ConversionReport) -> str:
     if not report.package_written:
         lines += ["**No variant was built: no package was written.**", ""]
     return "\n".join(lines)
+
+
+def per_class_section(report: ConversionReport) -> list[str]:
+    """AP@0.5 of each annotated class, reference and variants side by side; only worth a table for several classes."""
+    scored = [("reference", report.reference_detection)] + [(f"`{r.variant_id}`", r.detection) for r in report.variants]
+    classes = sorted({label for _, d in scored if d is not None for label in d.per_class})
+    if len(classes) < 2:
+        return []
+    lines = [
+        "## AP@0.5 per class (%)",
+        "",
+        "| Model | " + " | ".join(classes) + " |",
+        "|" + "---|" * (len(classes) + 1),
+    ]
+    for name, found in scored:
+        if found is not None:
+            lines.append(
+                f"| {name} | " + " | ".join(_num(_percent(found.per_class.get(c)), ".2f") for c in classes) + " |"
+            )
+    return [*lines, ""]
+
+
+def _percent(value: float | None) -> float | None:
+    return None if value is None else 100 * value
 
 
 def pruning_section(pruning: PruningSummary) -> list[str]:
@@ -202,18 +238,21 @@ def plot(report: ConversionReport, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = [r for r in report.variants if r.status == "ok" and r.speed is not None and r.drop is not None]
+    boxes = all(r.detection is not None for r in rows) and bool(rows)
     labelled = all(r.accuracy is not None for r in rows) and bool(rows)
     figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
     largest = max((r.size_bytes or 0 for r in rows), default=0) or 1
     for r in rows:
         assert r.speed is not None and r.drop is not None
-        quality = 100 * r.accuracy.top1 if labelled and r.accuracy is not None else 100 - r.drop.points
+        quality = _quality(r, boxes, labelled)
         area = 40 + 400 * (r.size_bytes or 0) / largest
         color = "tab:red" if r.flagged else "tab:blue"
         axes.scatter(r.speed.latency.median_ms, quality, s=area, c=color, alpha=0.6, edgecolors="black")
         axes.annotate(r.variant_id, (r.speed.latency.median_ms, quality), textcoords="offset points", xytext=(6, 6))
     axes.set_xlabel("median latency (ms, CPU)")
-    axes.set_ylabel("top-1 accuracy (%)" if labelled else "agreement with fp32 (100 - drop)")
+    axes.set_ylabel(
+        "mAP@0.5 (%)" if boxes else "top-1 accuracy (%)" if labelled else "agreement with fp32 (100 - drop)"
+    )
     axes.set_title(f"{report.name}: variants (marker area = file size, red = do not ship)")
     if not rows:
         axes.text(0.5, 0.5, "no variant was measured", ha="center", va="center", transform=axes.transAxes)
@@ -221,3 +260,12 @@ def plot(report: ConversionReport, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
+
+
+def _quality(result: VariantResult, boxes: bool, labelled: bool) -> float:
+    """The plot's vertical axis: the task's own accuracy where it was measured, else agreement with fp32."""
+    if boxes and result.detection is not None:
+        return 100 * result.detection.map50
+    if labelled and result.accuracy is not None:
+        return 100 * result.accuracy.top1
+    return 100 - (result.drop.points if result.drop is not None else 0.0)

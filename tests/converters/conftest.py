@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from annotated_faces import AnnotatedImages, write_annotated_faces
 
 from converters.pipeline import ConvertOptions, convert
 from converters.report import ConversionReport
@@ -29,3 +34,9 @@ def tiny_conversion(
         model=tiny_onnx, out_dir=out_dir, labels=TINY_LABELS, calibration=tiny_calibration, bench_seconds=0.05
     )
     return convert(options), out_dir
+
+
+@pytest.fixture(scope="session")
+def annotated_faces(astronaut_bgr: np.ndarray, tmp_path_factory: pytest.TempPathFactory) -> AnnotatedImages:
+    """Real photos with hand-drawn face boxes, and photos without faces, as a COCO-annotated folder."""
+    return write_annotated_faces(astronaut_bgr, tmp_path_factory.mktemp("annotated_faces"))

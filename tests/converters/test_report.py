@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from converters.context import BuiltVariant, QuantizationSettings
+from converters.detection_metrics import DetectionAccuracy
 from converters.evaluate import Speed
 from converters.metrics import Accuracy, Agreement, Drop, OutputAgreement
 from converters.report import ConversionReport, VariantResult, markdown, verdict, write_report
@@ -75,3 +76,38 @@ def test_written_files(tmp_path: Path) -> None:
     assert data["variants"][0]["files"] == ["openvino/fp32/model.xml"]
     assert (tmp_path / "report.png").read_bytes().startswith(b"\x89PNG")
     assert "# Conversion report: demo" in (tmp_path / "report.md").read_text()
+
+
+def _detection_report() -> ConversionReport:
+    report = _report()
+    report.reference_accuracy = None
+    report.reference_detection = DetectionAccuracy(0.8, {"car": 0.9, "person": 0.7}, images=50, objects=120)
+    fp32, int8, _ = report.variants
+    fp32.accuracy = int8.accuracy = None
+    fp32.detection = DetectionAccuracy(0.8, {"car": 0.9, "person": 0.7}, images=50, objects=120)
+    int8.detection = DetectionAccuracy(0.775, {"car": 0.885, "person": 0.665}, images=50, objects=120)
+    int8.drop = Drop(2.5, "mAP@0.5 lost, in points")
+    return report
+
+
+def test_detection_report_has_a_map_column_and_ap_per_class() -> None:
+    text = markdown(_detection_report())
+    header = next(line for line in text.splitlines() if line.startswith("| Variant |"))
+    assert "| Top-5 % | mAP@0.5 % | Drop (points) |" in header
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert rows[1].startswith("| `openvino/int8` | 1.0 KiB | 25.0 | – | – | 77.50 | 2.50 |")
+    assert rows[2].replace("\\|", "").count("|") == header.count("|")  # the failed row has the mAP cell too
+    assert "- Reference mAP@0.5: 80.00% on 50 images with 120 annotated boxes" in text
+    assert "| Model | car | person |" in text
+    assert "| `openvino/int8` | 88.50 | 66.50 |" in text and "| reference | 90.00 | 70.00 |" in text
+    assert "mAP@0.5" not in markdown(_report())  # classifiers keep their table
+
+
+def test_detection_figures_go_into_json_and_manifest_accuracy(tmp_path: Path) -> None:
+    report = _detection_report()
+    write_report(report, tmp_path)
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["reference_detection"]["per_class"] == {"car": 0.9, "person": 0.7}
+    assert data["variants"][1]["detection"]["map50"] == 0.775
+    assert report.variants[1].manifest_accuracy()["map50"] == 0.775
+    assert (tmp_path / "report.png").read_bytes().startswith(b"\x89PNG")
