@@ -35,7 +35,7 @@ class FrameTransform:
         """Normalised model coordinates → source pixels, clipped to the image."""
         sx = (x * self.input_width - self.offset_x) / self.scale_x
         sy = (y * self.input_height - self.offset_y) / self.scale_y
-        return np.clip(sx, 0, self.source_width), np.clip(sy, 0, self.source_height)
+        return np.minimum(np.maximum(sx, 0), self.source_width), np.minimum(np.maximum(sy, 0), self.source_height)
 
 
 class ImagePreprocessor:

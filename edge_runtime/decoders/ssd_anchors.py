@@ -81,6 +81,7 @@ class SsdAnchorDecoder(Decoder):
         self.params = params
         self.labels = labels
         self._anchors: np.ndarray | None = None
+        self._min_logit = _logit(params.min_score)
 
     def decode(
         self, outputs: Sequence[np.ndarray], specs: Sequence[TensorSpec], transform: FrameTransform | None = None
@@ -88,24 +89,32 @@ class SsdAnchorDecoder(Decoder):
         transform = self._need_transform(transform)
         boxes_raw, scores_raw = self._split(dequantize(outputs, specs))
         anchors = self._anchors_for(transform, len(boxes_raw))
-        clipped = np.clip(scores_raw, -self.params.score_clip, self.params.score_clip)
-        scores_all = 0.5 * (1.0 + np.tanh(0.5 * clipped))  # the logistic sigmoid, without exp overflow
-        classes = scores_all.argmax(axis=1)
-        scores = scores_all[np.arange(len(classes)), classes]
-        keep = np.flatnonzero(scores >= self.params.min_score)
+        keep, scores, classes = self._candidates(scores_raw)
         if keep.size == 0:
             return Detections()
         decoded = self._decode_boxes(boxes_raw[keep], anchors[keep])
-        xywh = np.stack([decoded[:, 0], decoded[:, 1], decoded[:, 2] - decoded[:, 0], decoded[:, 3] - decoded[:, 1]], 1)
-        chosen = cv2.dnn.NMSBoxes(
-            xywh.tolist(), scores[keep].tolist(), self.params.min_score, self.params.iou_threshold
-        )
+        xywh = np.concatenate([decoded[:, 0:2], decoded[:, 2:4] - decoded[:, 0:2]], axis=1)
+        chosen = cv2.dnn.NMSBoxes(xywh.tolist(), scores.tolist(), self.params.min_score, self.params.iou_threshold)
         return Detections(
             tuple(
-                self._detection(decoded[i], scores[keep][i], int(classes[keep][i]), transform)
+                self._detection(decoded[i], scores[i], int(classes[i]), transform)
                 for i in np.asarray(chosen).reshape(-1)[: self.params.max_detections]
             )
         )
+
+    def _candidates(self, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Anchors whose best class clears `min_score`: their indices, sigmoid scores and classes.
+
+        The sigmoid is monotonic, so the raw scores are thresholded first and only the few survivors
+        are turned into probabilities.
+        """
+        classes = raw.argmax(axis=1) if raw.shape[1] > 1 else np.zeros(len(raw), np.intp)
+        best = raw[:, 0] if raw.shape[1] == 1 else raw[np.arange(len(classes)), classes]
+        clipped = np.minimum(np.maximum(best, -self.params.score_clip), self.params.score_clip)
+        keep = np.flatnonzero(clipped >= self._min_logit)
+        scores = 0.5 * (1.0 + np.tanh(0.5 * clipped[keep]))  # the logistic sigmoid, without exp overflow
+        passed = scores >= self.params.min_score
+        return keep[passed], scores[passed], classes[keep[passed]]
 
     def _split(self, outputs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         if len(outputs) < 2:
@@ -131,16 +140,12 @@ class SsdAnchorDecoder(Decoder):
 
     def _decode_boxes(self, raw: np.ndarray, anchors: np.ndarray) -> np.ndarray:
         """Rows of (x_min, y_min, x_max, y_max, kp0x, kp0y, ...) in normalised model coordinates."""
-        s = self.params.box_scale
-        cx = raw[:, 0] / s * anchors[:, 2] + anchors[:, 0]
-        cy = raw[:, 1] / s * anchors[:, 3] + anchors[:, 1]
-        w = raw[:, 2] / s * anchors[:, 2]
-        h = raw[:, 3] / s * anchors[:, 3]
-        columns = [cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]
-        for k in range(self.params.num_keypoints):
-            columns.append(raw[:, 4 + 2 * k] / s * anchors[:, 2] + anchors[:, 0])
-            columns.append(raw[:, 5 + 2 * k] / s * anchors[:, 3] + anchors[:, 1])
-        return np.stack(columns, axis=1)
+        count, keypoints = len(raw), self.params.num_keypoints
+        scaled = raw[:, : 4 + 2 * keypoints] / self.params.box_scale
+        centre = scaled[:, 0:2] * anchors[:, 2:4] + anchors[:, 0:2]
+        size = scaled[:, 2:4] * anchors[:, 2:4]
+        points = scaled[:, 4:].reshape(count, keypoints, 2) * anchors[:, np.newaxis, 2:4] + anchors[:, np.newaxis, 0:2]
+        return np.concatenate([centre - size / 2, centre + size / 2, points.reshape(count, -1)], axis=1)
 
     def _detection(self, row: np.ndarray, score: float, cls: int, transform: FrameTransform) -> Detection:
         xs, ys = transform.to_source(row[0::2], row[1::2])
@@ -153,3 +158,12 @@ class SsdAnchorDecoder(Decoder):
 
 
 DECODER = SsdAnchorDecoder
+
+
+def _logit(probability: float) -> float:
+    """The raw score whose sigmoid is `probability`, slightly lowered so rounding never drops a box."""
+    if probability <= 0.0:
+        return -math.inf
+    if probability >= 1.0:
+        return math.inf
+    return math.log(probability / (1.0 - probability)) - 1e-6
