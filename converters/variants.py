@@ -23,9 +23,7 @@ BUILDERS: dict[str, Builder] = {
 }
 # ONNX, OpenVINO IR and TFLite sources: the TFLite converter needs the TensorFlow model.
 DEFAULT_VARIANTS = ("openvino/fp32", "openvino/fp16", "openvino/int8", "onnx/fp32", "onnx/int8")
-# tflite/sparse_int8 is built on request only: LiteRT's XNNPACK delegate cannot prepare its int8 DENSIFY
-# weights, so it runs only with delegate "none" (plain CPU kernels).
-TENSORFLOW_VARIANTS = tuple(vid for vid in BUILDERS if vid != "tflite/sparse_int8")
+TENSORFLOW_VARIANTS = tuple(BUILDERS)
 RUNS_ON = {"openvino": "openvino", "onnx": "onnxruntime", "tflite": "litert"}
 
 

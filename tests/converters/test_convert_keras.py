@@ -16,6 +16,7 @@ from converters.evaluate import weight_sparsity
 from converters.pipeline import ConvertOptions, convert
 from converters.pruning import PruneOptions
 from converters.report import ConversionReport
+from converters.tflite_variants import SPARSE_INT8_KERNELS
 from converters.variants import TENSORFLOW_VARIANTS
 from edge_runtime.model import load_model
 from edge_runtime.package.loader import open_package
@@ -87,7 +88,8 @@ def test_every_tensorflow_variant_is_built_or_skipped_with_a_reason(
     rows = {r.variant_id: r for r in report.variants}
     assert tuple(rows) == TENSORFLOW_VARIANTS
     assert {vid: rows[vid].status for vid in BUILT} == dict.fromkeys(BUILT, "ok"), report.variants
-    assert rows["tflite/sparse_fp32"].status == "skipped" and "--prune" in rows["tflite/sparse_fp32"].message
+    for sparse in ("tflite/sparse_fp32", "tflite/sparse_int8"):  # built by default, but only for pruned models
+        assert rows[sparse].status == "skipped" and "--prune" in rows[sparse].message
     assert rows["tflite/edgetpu"].status == "skipped" and "edgetpu_compiler" in rows["tflite/edgetpu"].message
     manifest = open_package(out_dir).manifest
     assert set(manifest.variants) == set(BUILT)
@@ -211,9 +213,6 @@ def test_pruned_and_fine_tuned_model_keeps_its_accuracy(digits: Digits, tmp_path
     kinds = [layer.name.split("/")[0].rstrip("_0123456789") for layer in pruning.layers]
     assert kinds == ["conv2d", "conv2d", "dense", "dense"]
     rows = {r.variant_id: r for r in report.variants}
-    sparse_int8 = rows.pop("tflite/sparse_int8")
-    assert sparse_int8.status == "failed" and "XNNPack" in sparse_int8.message  # LiteRT 2.3 cannot prepare it
-    assert sparse_int8.sparsity is not None and sparse_int8.sparsity >= 0.4  # built, and the zeros are stored
     assert {vid: row.status for vid, row in rows.items()} == dict.fromkeys(rows, "ok"), [
         r.message for r in rows.values()
     ]
@@ -223,6 +222,15 @@ def test_pruned_and_fine_tuned_model_keeps_its_accuracy(digits: Digits, tmp_path
         assert row.sparsity is not None and row.sparsity >= 0.4, (row.variant_id, row.sparsity)
     manifest = open_package(tmp_path / "out").manifest
     assert manifest.variants["tflite/sparse_fp32"].sparsity >= 0.4
+    assert manifest.variants["tflite/sparse_int8"].sparsity >= 0.4
     assert weight_sparsity(tmp_path / "out" / "tflite" / "fp32" / "model.tflite", ModelFormat.TFLITE) >= 0.45
     text = (tmp_path / "out" / "report.md").read_text()
     assert "## Pruning" in text and "Fine-tuned 2 epochs on 1200 samples" in text
+    assert f"`tflite/sparse_int8`: {SPARSE_INT8_KERNELS}" in text
+    model = load_model(open_package(tmp_path / "out"), "tflite/sparse_int8", "litert")
+    try:  # XNNPACK cannot prepare int8 weights stored sparse; the built-in kernels ran the accuracy above
+        details = model.backend.runs_on.details
+        assert details["delegate"] == "none"
+        assert details["fallback"].startswith("delegate xnnpack could not prepare the model")
+    finally:
+        model.close()
