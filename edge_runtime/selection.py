@@ -7,17 +7,21 @@ taken; the later ones that pass stay in the list, so the runtime can move on to 
 the first one fails (an NPU compile error, a TensorRT build running out of memory). A choice stored
 by `bench --select` for this model goes first while it still passes. When nothing in the profile
 passes, every backend is tried on the CPU as a last resort, and the selection says so.
+
+A variant the converter flagged "do not ship" (its recorded accuracy drop beyond the recorded
+threshold) is passed over for the next variant or choice, with the drop as the reason; only a user
+who names that variant (`--variant`, or `model.variant` in a pipeline) gets it, with a warning.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,7 +33,10 @@ from edge_runtime.hardware.facts import FACT_MISSING, Fact, Hardware
 from edge_runtime.hardware.usable import device_display_name, device_problem, library_problem
 from edge_runtime.package.loader import ModelPackage
 from edge_runtime.package.manifest import Precision, describe_validation_error
-from edge_runtime.profiles import BACKEND_FORMATS, DEFAULT_VARIANTS, BackendKey, Choice, DeviceProfile
+from edge_runtime.profiles import DEFAULT_VARIANTS, BackendKey, Choice, DeviceProfile
+from edge_runtime.variant_pick import VariantPick, accuracy_refusal, pick_variant
+
+log = logging.getLogger(__name__)
 
 Origin = Literal["stored", "override", "profile", "fallback"]
 Status = Literal["taken", "runnable", "skipped"]
@@ -191,7 +198,16 @@ def select(
     candidates = [_consider(origin, choice, overrides, context) for origin, choice in planned]
     if not any(c.runnable for c in candidates):
         candidates += _fallbacks(candidates, overrides, context)
+    _warn_of_requested_flagged_variant(package, overrides.variant, candidates)
     return Selection(package.name, profile.name if profile else None, _mark_taken(candidates, profile))
+
+
+def _warn_of_requested_flagged_variant(package: ModelPackage, requested: str | None, found: list[Candidate]) -> None:
+    """Once per selection: a variant named by the user runs even when the converter said not to ship it."""
+    variant = package.manifest.variants.get(requested) if requested else None
+    why = accuracy_refusal(variant) if variant is not None else None
+    if why is not None and any(c.runnable and c.variant_id == requested for c in found):
+        log.warning("model %s: running variant %s as requested, although it %s", package.name, requested, why)
 
 
 def _fallbacks(earlier: list[Candidate], overrides: Overrides, context: _Context) -> list[Candidate]:
@@ -219,9 +235,10 @@ def _consider(origin: Origin, choice: Choice, overrides: Overrides, context: _Co
     problem = _missing_fact(choice, context.hardware) or library_problem(choice.backend, status)
     if problem is None and status is not None:
         problem = device_problem(*where, status, context.hardware)
-    variant_id = None
+    pick = VariantPick(None, problem)
     if problem is None:
-        variant_id, problem = pick_variant(context.package, choice, context.hardware)
+        pick = pick_variant(context.package, choice, context.hardware, overrides.variant)
+        problem = pick.problem
     if problem is not None or status is None:
         if origin == "stored":
             problem = f"stored choice from bench --select no longer runnable: {problem}"
@@ -229,7 +246,8 @@ def _consider(origin: Origin, choice: Choice, overrides: Overrides, context: _Co
     device_name = device_display_name(*where, status)
     runs = f"{choice.backend} on {choice.device}" + (f"+{choice.delegate}" if choice.delegate else "")
     runs += f" ({device_name})" if device_name else ""
-    return Candidate(choice, origin, "runnable", f"{runs}, variant {variant_id}", variant_id, device_name)
+    reason = f"{runs}, variant {pick.variant_id}{pick.remarks()}"
+    return Candidate(choice, origin, "runnable", reason, pick.variant_id, device_name)
 
 
 def _signature(candidate: Candidate) -> str:
@@ -269,55 +287,6 @@ def _missing_fact(choice: Choice, hardware: Hardware) -> str | None:
     if choice.delegate in DELEGATE_FACTS:
         required.append(DELEGATE_FACTS[choice.delegate])
     return next((FACT_MISSING[fact] for fact in required if fact not in hardware.facts), None)
-
-
-def precision_fits(variant: Precision, asked: Precision | None) -> bool:
-    """Whether a variant can run at the precision a choice asks for.
-
-    The asked precision is that of the float arithmetic. int8 asks for a quantized variant; fp32 asks
-    for float results computed at full precision, so it excludes quantized variants; fp16 and bf16 may
-    run any variant, an int8 one keeping its quantized ops and doing the rest at that precision.
-    """
-    if asked is None:
-        return True
-    if asked is Precision.INT8:
-        return variant is Precision.INT8
-    if asked is Precision.FP32:
-        return variant is not Precision.INT8
-    return True
-
-
-def pick_variant(package: ModelPackage, choice: Choice, hardware: Hardware) -> tuple[str | None, str | None]:
-    """The first of the choice's preferred variants that the package has and the backend can run.
-
-    Returns (variant id, None) or (None, why not).
-    """
-    variants = package.manifest.variants
-    edgetpu = choice.delegate == "edgetpu"
-    loadable = [
-        vid
-        for vid, v in variants.items()
-        if v.format in BACKEND_FORMATS[choice.backend] and (v.target == "edgetpu") == edgetpu
-    ]
-    has = ", ".join(variants)
-    if not loadable:
-        what = "Edge TPU-compiled variant" if edgetpu else f"variant for {choice.backend}"
-        return None, f"no {what} in package (has: {has})"
-    fitting = [vid for vid in loadable if precision_fits(variants[vid].precision, choice.precision)]
-    capabilities = hardware.openvino_capabilities(choice.device) if choice.backend == "openvino" else None
-    if capabilities is not None and "INT8" not in capabilities:  # e.g. GPUs older than Iris Xe
-        fitting = [vid for vid in fitting if variants[vid].precision is not Precision.INT8]
-    for pattern in choice.variant_patterns:
-        for vid in fitting:
-            if fnmatchcase(vid, pattern):
-                return vid, None
-    asked = f" at {choice.precision.value} or higher" if choice.precision else ""
-    if choice.precision is Precision.INT8:
-        asked = " at int8 (a quantized variant)"
-    lacks_int8 = capabilities is not None and "INT8" not in capabilities
-    no_int8 = f"; {choice.device} lacks INT8 in OPTIMIZATION_CAPABILITIES" if lacks_int8 else ""
-    wanted = ", ".join(choice.variant_patterns)
-    return None, f"no variant matching {wanted}{asked} for {choice.backend} (package has: {has}){no_int8}"
 
 
 def model_key(package: ModelPackage) -> str:

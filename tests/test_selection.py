@@ -614,6 +614,6 @@ def test_profile_choice_identical_to_the_stored_one_is_not_listed_twice(
     ],
 )
 def test_precision_asked_is_that_of_the_float_arithmetic(variant: str, asked: str | None, fits: bool) -> None:
-    from edge_runtime.selection import precision_fits
+    from edge_runtime.variant_pick import precision_fits
 
     assert precision_fits(Precision(variant), Precision(asked) if asked else None) is fits

@@ -7,6 +7,7 @@ noticing. Validation problems are reported with the dotted path of the field at 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +19,9 @@ from edge_runtime.errors import ManifestError
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "model.yaml"
+# Points of drop beyond which edge-convert flags a variant "do not ship" (its --drop-threshold default),
+# for manifests that record a drop but not the threshold it was judged by.
+DEFAULT_DROP_THRESHOLD = 1.0
 
 
 class Strict(BaseModel):
@@ -129,8 +133,44 @@ class VariantFile(Strict):
         return path
 
 
+@dataclass(frozen=True)
+class AccuracyDrop:
+    """What conversion cost a variant against the fp32 reference, and the most the converter let it cost."""
+
+    points: float
+    threshold: float
+    threshold_recorded: bool
+    measure: str  # which figure the points are: top1, map50, top1_agreement or output_error
+
+    @property
+    def too_large(self) -> bool:
+        """The converter's "do not ship" verdict: more lost than the threshold allows."""
+        return self.points > self.threshold
+
+    def describe(self) -> str:
+        """E.g. 'lost 3.2 points of top-1 in conversion (threshold 1.0)'."""
+        points = _figure(self.points)
+        what = {
+            "map50": f"lost {points} points of mAP@0.5 in conversion",
+            "top1": f"lost {points} points of top-1 in conversion",
+            "top1_agreement": f"changed the predicted class of {points}% of samples in conversion",
+        }.get(self.measure, f"moved its outputs by {points}% of their range in conversion")
+        default = "" if self.threshold_recorded else ", edge-convert's default: the manifest records none"
+        return f"{what} (threshold {_figure(self.threshold)}{default})"
+
+
+def _figure(value: float) -> str:
+    text = f"{value:.2f}"
+    return text[:-1] if text.endswith("0") else text
+
+
 class Variant(Strict):
-    """One file set of the model: a format at a precision, possibly sparse or compiled for a target."""
+    """One file set of the model: a format at a precision, possibly sparse or compiled for a target.
+
+    `accuracy` holds what the converter measured; `drop_points` (what conversion cost, in the points of the
+    first of mAP@0.5, top-1, class agreement or output error that was measured) and `drop_threshold` (the
+    most it was allowed to cost) decide whether selection passes the variant over.
+    """
 
     format: ModelFormat
     precision: Precision
@@ -139,6 +179,13 @@ class Variant(Strict):
     target: Literal["edgetpu"] | None = None
     accuracy: dict[str, float] = Field(default_factory=dict)
     size_bytes: int | None = Field(default=None, ge=0)
+
+    @field_validator("accuracy")
+    @classmethod
+    def _threshold_not_negative(cls, accuracy: dict[str, float]) -> dict[str, float]:
+        if accuracy.get("drop_threshold", 0.0) < 0:
+            raise ValueError(f"drop_threshold must not be negative, got {accuracy['drop_threshold']}")
+        return accuracy
 
     @model_validator(mode="after")
     def _main_file_suffix(self) -> Variant:
@@ -152,6 +199,22 @@ class Variant(Strict):
     @property
     def model_file(self) -> str:
         return self.files[0].path
+
+    @property
+    def accuracy_drop(self) -> AccuracyDrop | None:
+        """The recorded drop, measured as the converter measured it; None when none was recorded."""
+        accuracy = self.accuracy
+        if "drop_points" not in accuracy:
+            return None
+        threshold = accuracy.get("drop_threshold")
+        measures = ("map50", "top1", "top1_agreement_vs_fp32")
+        measure = next((m for m in measures if m in accuracy), "output_error").removesuffix("_vs_fp32")
+        return AccuracyDrop(
+            accuracy["drop_points"],
+            DEFAULT_DROP_THRESHOLD if threshold is None else threshold,
+            threshold is not None,
+            measure,
+        )
 
 
 class Manifest(Strict):

@@ -76,6 +76,12 @@ def _broken(path: str, value: Any) -> dict[str, Any]:
             1.5,
             "variants.onnx/fp32.sparsity: Input should be less than or equal",
         ),
+        (
+            "variants.onnx/fp32.accuracy",
+            {"drop_points": 0.5, "drop_threshold": -1.0},
+            "variants.onnx/fp32.accuracy: drop_threshold must not be negative, got -1.0",
+        ),
+        ("variants.onnx/fp32.accuracy", {"top1": "high"}, "variants.onnx/fp32.accuracy.top1: Input should be"),
     ],
 )
 def test_each_schema_problem_names_its_field(path: str, value: Any, expected: str) -> None:
@@ -102,3 +108,43 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
     (tmp_path / "model.yaml").write_text("- just\n- a list\n")
     with pytest.raises(ManifestError, match="expected a mapping"):
         read_manifest(tmp_path / "model.yaml")
+
+
+@pytest.mark.parametrize(
+    ("accuracy", "too_large", "described"),
+    [
+        ({}, None, None),
+        ({"top1": 0.9}, None, None),
+        (
+            {"top1": 0.9, "top1_agreement_vs_fp32": 0.95, "drop_points": 3.2, "drop_threshold": 1.0},
+            True,
+            "lost 3.2 points of top-1 in conversion (threshold 1.0)",
+        ),
+        (
+            {"map50": 0.41, "top1_agreement_vs_fp32": 0.9, "drop_points": 0.5, "drop_threshold": 0.25},
+            True,
+            "lost 0.5 points of mAP@0.5 in conversion (threshold 0.25)",
+        ),
+        (
+            {"top1_agreement_vs_fp32": 0.98, "drop_points": 2.0, "drop_threshold": 2.0},
+            False,
+            "changed the predicted class of 2.0% of samples in conversion (threshold 2.0)",
+        ),
+        (
+            {"cosine_vs_fp32": 0.999, "drop_points": 1.25},
+            True,
+            "moved its outputs by 1.25% of their range in conversion "
+            "(threshold 1.0, edge-convert's default: the manifest records none)",
+        ),
+    ],
+)
+def test_accuracy_drop_reads_what_the_converter_measured(
+    accuracy: dict[str, float], too_large: bool | None, described: str | None
+) -> None:
+    data = valid_manifest()
+    data["variants"]["onnx/fp32"]["accuracy"] = accuracy
+    drop = parse_manifest(data, "model.yaml").variants["onnx/fp32"].accuracy_drop
+    if too_large is None:
+        assert drop is None
+        return
+    assert drop is not None and drop.too_large is too_large and drop.describe() == described
