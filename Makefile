@@ -40,6 +40,7 @@ test: lint typecheck unit
 
 bench: $(STAMP)
 	$(BIN)/python bench/backend_overhead.py
+	$(BIN)/python bench/quantized_speed.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
