@@ -20,6 +20,7 @@ from converters.pruning import SCOPES, PruneOptions
 from converters.report import ConversionReport, verdict
 from converters.variants import BUILDERS, DEFAULT_VARIANTS, TENSORFLOW_VARIANTS
 from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.package.manifest import DEFAULT_DROP_THRESHOLD
 
 EXIT_NO_VARIANT = 1
 EXIT_BAD_INPUT = 2
@@ -54,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated variants to build, of {','.join(BUILDERS)} (default: {','.join(DEFAULT_VARIANTS)}; "
         f"for Keras and SavedModel sources {','.join(TENSORFLOW_VARIANTS)})",
     )
-    parser.add_argument("--drop-threshold", type=float, default=1.0, help="flag variants losing more points than this")
+    parser.add_argument(
+        "--drop-threshold", type=float, default=DEFAULT_DROP_THRESHOLD, help="flag variants losing more points"
+    )
     parser.add_argument("--bench-seconds", type=float, default=2.0, help="seconds per latency/throughput run; 0 skips")
     parser.add_argument("--seed", type=int, default=0, help="seed for sample selection and benchmark inputs")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only warnings and the result")

@@ -48,6 +48,7 @@ from converters.variants import BUILDERS, RUNS_ON, check_variant_ids, default_va
 from edge_runtime.errors import BackendUnavailableError
 from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.manifest import (
+    DEFAULT_DROP_THRESHOLD,
     MANIFEST_NAME,
     SCHEMA_VERSION,
     DecoderSpec,
@@ -76,7 +77,7 @@ class ConvertOptions:
     annotations: Path | None = None  # COCO boxes for the images in `validation` (detection models)
     settings: QuantizationSettings = field(default_factory=QuantizationSettings)
     variants: tuple[str, ...] | None = None  # None: every variant the source's format can be turned into
-    drop_threshold: float = 1.0
+    drop_threshold: float = DEFAULT_DROP_THRESHOLD
     bench_seconds: float = 2.0
     decoder: str | None = None
     decoder_params: str | None = None
@@ -162,7 +163,7 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
     for result in results:
         if result.status == "ok" and package is not None:
             evaluate_variant(package, result, reference, eval_set, options)
-    report.package_written = _write_manifest(options.out_dir, results, inputs.manifest_fields)
+    report.package_written = _write_manifest(options.out_dir, results, inputs.manifest_fields, options.drop_threshold)
     write_report(report, options.out_dir)
     return report
 
@@ -289,13 +290,16 @@ def build_variant(ctx: BuildContext, variant_id: str) -> VariantResult:
     return result
 
 
-def _variants(out_dir: Path, results: list[VariantResult], accuracy_fields: bool) -> dict[str, Variant]:
+def _variants(out_dir: Path, results: list[VariantResult], drop_threshold: float | None) -> dict[str, Variant]:
+    """Manifest entries of the built variants; with a threshold, each carries its accuracy and that threshold."""
     variants: dict[str, Variant] = {}
     for result in results:
         if result.status != "ok" or result.built is None:
             continue
         built = result.built
-        extra = {"accuracy": result.manifest_accuracy()} if accuracy_fields else {}
+        extra = {}
+        if drop_threshold is not None:
+            extra["accuracy"] = {**result.manifest_accuracy(), "drop_threshold": drop_threshold}
         variants[result.variant_id] = describe_variant(
             out_dir,
             built.files,
@@ -310,7 +314,7 @@ def _variants(out_dir: Path, results: list[VariantResult], accuracy_fields: bool
 
 def _package_in_memory(out_dir: Path, results: list[VariantResult], fields: dict[str, Any]) -> ModelPackage | None:
     """The package as it will be written, to load the variants through the runtime before the manifest exists."""
-    variants = _variants(out_dir, results, accuracy_fields=False)
+    variants = _variants(out_dir, results, drop_threshold=None)
     if not variants:
         return None
     manifest = Manifest(schema_version=SCHEMA_VERSION, variants=variants, **fields)
@@ -352,8 +356,8 @@ def evaluate_variant(
         model.close()
 
 
-def _write_manifest(out_dir: Path, results: list[VariantResult], fields: dict[str, Any]) -> bool:
-    variants = _variants(out_dir, results, accuracy_fields=True)
+def _write_manifest(out_dir: Path, results: list[VariantResult], fields: dict[str, Any], drop_threshold: float) -> bool:
+    variants = _variants(out_dir, results, drop_threshold)
     if not variants:
         return False
     write_package(out_dir, variants, **fields)

@@ -121,6 +121,7 @@ def test_accuracy_control_with_a_labelled_validation_set(
         validation=tmp_path / "validation.npz",
         variants=("openvino/int8", "onnx/fp32"),
         bench_seconds=0,
+        drop_threshold=2.5,
     )
     report = convert(options)
     assert report.reference_accuracy is not None and report.reference_accuracy.top1 == 1.0
@@ -133,6 +134,8 @@ def test_accuracy_control_with_a_labelled_validation_set(
     assert manifest.task is Task.CLASSIFICATION  # class indices in y make it a classifier
     assert manifest.labels == ()  # an .npz carries class indices, not names
     assert manifest.variants["openvino/int8"].accuracy["top1"] == pytest.approx(row.accuracy.top1, abs=1e-6)
+    drop = manifest.variants["openvino/int8"].accuracy_drop  # what selection judges the variant by
+    assert drop is not None and drop.threshold == 2.5 and drop.points == pytest.approx(row.drop.points, abs=1e-3)
 
 
 def test_a_failing_variant_does_not_stop_the_others(tiny_onnx: Path, tiny_calibration: Path, tmp_path: Path) -> None:
