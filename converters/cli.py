@@ -37,7 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "model", type=Path, help="the trained model file, a SavedModel folder, or a PyTorch package.module:factory"
     )
-    parser.add_argument("--input-shape", type=_ints, help="input shape of a PyTorch model, e.g. 1,3,224,224")
+    parser.add_argument(
+        "--input-shape", type=_ints, help="input shape of a PyTorch factory or TorchScript model, e.g. 1,3,224,224"
+    )
     parser.add_argument("-o", "--output", type=Path, required=True, dest="out_dir", help="package folder to write")
     parser.add_argument("--overwrite", action="store_true", help="replace the converter's files in a non-empty folder")
     parser.add_argument("--name", help="model name in the manifest (default: the file's name)")

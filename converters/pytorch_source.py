@@ -1,12 +1,15 @@
-"""PyTorch models given as `package.module:factory`, exported to ONNX with `torch.onnx.export`.
+"""PyTorch models given as `package.module:factory` or as a TorchScript file, exported to ONNX.
 
 The model is built by calling the user's own factory, never by unpickling a checkpoint: a factory is
-code the user wrote and can read, a pickle is code nobody reviewed. The exported ONNX file is then
-the source for every variant, and its agreement with the PyTorch module on one input is checked
-here, so an exporter error stops the conversion instead of showing up as a drop in every variant.
+code the user wrote and can read, a pickle is code nobody reviewed. A TorchScript file is loaded with
+`torch.jit.load`, which reads its code as TorchScript source and its tensors with a C++ unpickler that
+builds only TorchScript types; its code still runs during the export, so it is trusted like a factory
+(see `converters.sources`). Neither form records an input shape, hence --input-shape.
 
-The TorchScript exporter (`dynamo=False`) is used: the newer dynamo exporter needs onnxscript, which
-is not a dependency of the converter.
+The exported ONNX file is then the source for every variant, and its agreement with the PyTorch module
+on one input is checked here, so an exporter error stops the conversion instead of showing up as a
+drop in every variant. The TorchScript exporter (`dynamo=False`) is used: the newer dynamo exporter
+needs onnxscript, which is not a dependency of the converter.
 """
 
 from __future__ import annotations
@@ -30,12 +33,16 @@ EXPORT_TOLERANCE = 1e-3
 
 
 def open_model(model: Path, input_shape: tuple[int, ...] | None, scratch: Path) -> tuple[SourceModel, str]:
-    """The model to convert and how the report names it; a PyTorch factory is first exported to ONNX."""
+    """The model to convert and how the report names it; a PyTorch model is first exported to ONNX."""
     if is_factory_spec(str(model)):
         return export_factory(str(model), input_shape, scratch)
-    if input_shape is not None:
-        raise ConversionError("--input-shape is for PyTorch models given as package.module:factory")
     source = detect_source(model)
+    if source.kind is SourceKind.TORCHSCRIPT:
+        return export_torchscript(source.path, input_shape, scratch)
+    if input_shape is not None:
+        raise ConversionError(
+            "--input-shape is for PyTorch models given as package.module:factory or as a TorchScript file"
+        )
     return source, source.label
 
 
@@ -46,31 +53,55 @@ def is_factory_spec(text: str) -> bool:
 
 def export_factory(spec: str, input_shape: tuple[int, ...] | None, scratch: Path) -> tuple[SourceModel, str]:
     """The factory's model exported to ONNX under `scratch`, and a line saying how it was made and checked."""
+    shape = _checked_shape(spec, input_shape)
+    module = _build(spec)
+    return _export_module(module, f"pytorch {spec}", shape, scratch / f"{spec.split(':')[1]}.onnx")
+
+
+def export_torchscript(path: Path, input_shape: tuple[int, ...] | None, scratch: Path) -> tuple[SourceModel, str]:
+    """The TorchScript model at `path` exported to ONNX under `scratch`, checked like a factory's model."""
+    shape = _checked_shape(f"{path} (TorchScript)", input_shape)
+    import torch
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated, its files still load
+            module = torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
+    except Exception as error:
+        raise ConversionError(f"torch.jit.load cannot read {path}: {first_line(error)}") from None
+    return _export_module(module.eval(), f"pytorch TorchScript {path}", shape, scratch / f"{path.stem}.onnx")
+
+
+def _checked_shape(label: str, input_shape: tuple[int, ...] | None) -> tuple[int, ...]:
     if input_shape is None:
-        raise ConversionError(f"{spec}: a PyTorch model needs --input-shape, e.g. --input-shape 1,3,224,224")
+        raise ConversionError(f"{label}: a PyTorch model needs --input-shape, e.g. --input-shape 1,3,224,224")
     if any(d <= 0 for d in input_shape):
         raise ConversionError(f"--input-shape {list(input_shape)}: every dimension must be positive")
-    module = _build(spec)
+    return input_shape
+
+
+def _export_module(module: Any, label: str, input_shape: tuple[int, ...], dest: Path) -> tuple[SourceModel, str]:
+    """`module` exported to `dest` and checked against ONNX Runtime on one random input; `label` names it."""
     import torch
 
     example = torch.from_numpy(np.random.default_rng(0).standard_normal(input_shape).astype(np.float32))
-    dest = scratch / f"{spec.split(':')[1]}.onnx"
-    step(f"exporting {spec} to ONNX (opset {ONNX_OPSET}, input {list(input_shape)})")
+    step(f"exporting {label} to ONNX (opset {ONNX_OPSET}, input {list(input_shape)})")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.filterwarnings("ignore", "no signature found for <torch.ScriptMethod", UserWarning)
             torch.onnx.export(
                 module, (example,), str(dest), input_names=["input"], opset_version=ONNX_OPSET, dynamo=False
             )
     except Exception as error:
-        raise ConversionError(f"torch.onnx.export cannot export {spec}: {first_line(error)}") from None
+        raise ConversionError(f"torch.onnx.export cannot export {label}: {first_line(error)}") from None
     difference = _export_difference(module, example, dest)
     if difference > EXPORT_TOLERANCE:
         raise ConversionError(
-            f"{spec}: the exported ONNX model differs from the PyTorch module by up to {difference:.3g} "
+            f"{label}: the exported ONNX model differs from the PyTorch module by up to {difference:.3g} "
             f"(over {EXPORT_TOLERANCE:g}); the model may use ops the exporter does not translate faithfully"
         )
-    origin = f"pytorch {spec} exported by torch {torch.__version__} (max abs diff vs PyTorch {difference:.2g})"
+    origin = f"{label} exported by torch {torch.__version__} (max abs diff vs PyTorch {difference:.2g})"
     return SourceModel(path=dest, kind=SourceKind.ONNX), origin
 
 

@@ -4,6 +4,16 @@ Formats are told apart by content as well as by suffix, because a pickle renamed
 a pickle: loading a pickle runs whatever code its author put in it, so the converter never loads one.
 A format is supported once it has a reader here; the variant builders ask a `SourceModel` for an
 OpenVINO model or an ONNX file and never look at the original format themselves.
+
+TorchScript archives are read: `torch.jit.load` compiles the archive's code, kept as TorchScript source
+text under code/, and reads its tensors and constants with PyTorch's C++ unpickler, which builds only
+TorchScript types and never imports or calls Python objects. The code itself is a program, though: it
+runs when the model is exported and may call any PyTorch operator, file reads and writes included, and
+PyTorch's security notes say to treat a TorchScript model like executable code from its author. So a
+TorchScript file is trusted the way a factory module is: the user is converting code they chose to run.
+torch.export programs (.pt2) are refused: `torch.export.load` reads the weights, constants and example
+inputs a file marks as pickled with `torch.load(weights_only=False)` or `pickle.loads` (example inputs
+fall back to it when the weights-only load fails), so the file decides, and can run any code.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ class SourceKind(str, Enum):
     TFLITE = "tflite"
     KERAS = "keras"
     SAVED_MODEL = "saved_model"
+    TORCHSCRIPT = "torchscript"
 
     @property
     def is_tensorflow(self) -> bool:
@@ -38,13 +49,12 @@ SUFFIXES = {
 PICKLE_SUFFIXES = frozenset({".pkl", ".pickle", ".joblib", ".pt", ".pth", ".ckpt", ".dill"})
 NOT_YET = {
     ".h5": "Keras HDF5 models (load it in Keras and save it with model.save('model.keras'))",
-    ".pt2": "torch.export programs",
 }
 HOW_TO_EXPORT = (
     "export the model to ONNX, which holds only the graph and weights, and convert the .onnx file: "
-    "torch.onnx.export(model, example, 'model.onnx') for PyTorch (torch.export and TorchScript archives "
-    "also avoid pickled code), or name the code that builds it, package.module:factory, with --input-shape; "
-    "save Keras models as .keras files, which this converter reads"
+    "torch.onnx.export(model, example, 'model.onnx') for PyTorch; or save it as TorchScript "
+    "(torch.jit.script(model).save('model.pt')), or name the code that builds it, package.module:factory, "
+    "and give either one --input-shape; save Keras models as .keras files, which this converter reads"
 )
 # Protocol 2+ pickles start with the PROTO opcode; zip archives with a data.pkl are torch.save files.
 _PICKLE_MAGIC = b"\x80"
@@ -64,6 +74,7 @@ class SourceModel:
         """A fresh `openvino.Model` of the source (each caller may modify its copy)."""
         import openvino as ov
 
+        self._require_exported()
         path = self.path
         if self.kind.is_tensorflow:
             from converters.tensorflow_models import saved_model_dir
@@ -78,6 +89,7 @@ class SourceModel:
 
     def onnx_file(self) -> Path:
         """The source as an ONNX file, for the ONNX Runtime variants."""
+        self._require_exported()
         if self.kind is SourceKind.ONNX:
             return self.path
         if self.kind is SourceKind.TFLITE:
@@ -90,6 +102,10 @@ class SourceModel:
 
             return onnx_export(self)
         raise VariantSkippedError("OpenVINO IR cannot be converted back to ONNX; convert from the original ONNX model")
+
+    def _require_exported(self) -> None:
+        if self.kind is SourceKind.TORCHSCRIPT:
+            raise ConversionError(f"{self.label} must first be exported to ONNX, which needs --input-shape")
 
 
 def first_line(error: BaseException) -> str:
@@ -110,7 +126,9 @@ def detect_source(path: Path) -> SourceModel:
         )
     suffix = path.suffix.lower()
     if _is_torchscript(path):
-        raise ConversionError(f"{path}: TorchScript models are not read by this converter yet; {HOW_TO_EXPORT}")
+        return SourceModel(path=path, kind=SourceKind.TORCHSCRIPT)
+    if suffix == ".pt2":
+        raise ConversionError(_exported_program_refusal(path))
     if suffix in PICKLE_SUFFIXES or _is_pickle(path):
         raise ConversionError(_pickle_refusal(path))
     if suffix in NOT_YET:
@@ -141,7 +159,7 @@ def _zip_names(path: Path) -> list[str]:
 
 
 def _is_torchscript(path: Path) -> bool:
-    """TorchScript archives keep their code as source text and load it without unpickling arbitrary objects."""
+    """torch.jit.save archives, whose code is TorchScript source; torch.save pickles have no code/ folder."""
     return any("/code/" in name or name.endswith("constants.pkl") for name in _zip_names(path))
 
 
@@ -156,4 +174,12 @@ def _pickle_refusal(path: Path) -> str:
     return (
         f"{path} is a Python pickle (torch.save / pickle / joblib); refusing to load it, because unpickling "
         f"runs arbitrary code from the file; {HOW_TO_EXPORT}"
+    )
+
+
+def _exported_program_refusal(path: Path) -> str:
+    return (
+        f"{path} is a torch.export program; refusing to load it, because torch.export.load unpickles the weights, "
+        f"constants and example inputs the file marks as pickled with torch.load(weights_only=False) or "
+        f"pickle.loads, which runs arbitrary code from the file; {HOW_TO_EXPORT}"
     )

@@ -46,13 +46,15 @@ def test_torch_save_zip_archives_are_refused_as_pickles(tmp_path: Path) -> None:
         detect_source(path)
 
 
-def test_torchscript_archives_are_named_as_not_read_yet(tmp_path: Path) -> None:
+def test_torchscript_archives_are_recognised_by_their_code_folder(tmp_path: Path) -> None:
     path = tmp_path / "scripted.pt"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("scripted/code/__torch__.py", "def forward(self, x): return x")
         archive.writestr("scripted/constants.pkl", pickle.dumps(()))
-    with pytest.raises(ConversionError, match="TorchScript models are not read by this converter yet"):
-        detect_source(path)
+    source = detect_source(path)
+    assert source.kind is SourceKind.TORCHSCRIPT
+    with pytest.raises(ConversionError, match="must first be exported to ONNX"):
+        source.onnx_file()
 
 
 def test_missing_file_and_missing_ir_weights_are_errors(tmp_path: Path) -> None:
