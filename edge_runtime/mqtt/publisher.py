@@ -1,10 +1,9 @@
 """Results to the broker with at-least-once delivery: spool first, send from the spool, delete on ack.
 
 Every QoS >= 1 message is put into the `Spool` before anything else and leaves it only when the broker
-acknowledged it (PUBACK for QoS 1, PUBCOMP for QoS 2). The publisher moves messages from the spool to
-the connection, one turn at a time, and keeps at most `max_in_flight` unacknowledged (or fewer, if an
-MQTT 5 broker announces a smaller Receive Maximum). Its own thread takes the turns, except that a
-thread publishing a result while the publisher is idle takes the turn itself, saving a thread hand-off.
+acknowledged it (PUBACK for QoS 1, PUBCOMP for QoS 2). One publisher thread moves messages from the
+spool to the connection and keeps at most `max_in_flight` unacknowledged (or fewer, if an MQTT 5 broker
+announces a smaller Receive Maximum).
 
 Pacing comes from the spool, never from paho's in-memory queue: paho re-sends everything it holds at
 once after a reconnect, whatever its in-flight limit. So while disconnected nothing is handed to paho
@@ -69,8 +68,7 @@ class Publisher:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._closing = False
-        self._step_lock = threading.Lock()  # one turn at a time: the publisher thread's or an idle-time publish's
-        # Touched only under _step_lock:
+        # Owned by the publisher thread only:
         self._in_flight: dict[int, int] = {}  # paho message id -> spool id
         self._session = 0  # the connection's connect_count we are sending for
         self._boundary = (0, 0)  # (connect_count, the spool's last id when that connect happened)
@@ -90,7 +88,7 @@ class Publisher:
         self._thread.start()
 
     def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> None:
-        """Spool a result, and send it at once if the publisher is idle; never blocks on the network. Any thread."""
+        """Queue a result; never blocks on the network. Safe from any thread."""
         _check_topic(topic)
         if qos == 0:
             if self._connection.publish(topic, payload, qos=0, retain=retain) is None:
@@ -101,27 +99,6 @@ class Publisher:
         with self._count_lock:
             self._spooled += 1
         if self._connection.connected:  # while disconnected the thread checks back on its own
-            self._send_now_or_wake()
-
-    def _send_now_or_wake(self) -> None:
-        """Take the publisher's turn in this thread when it is free, else wake the publisher thread.
-
-        A result then goes from the spool to paho without waiting for another thread to be scheduled,
-        which on a small box is a good part of its latency. Everything still leaves from the spool, in
-        id order, under the same lock; the thread is woken only for what needs it later (pacing the
-        backlog, or a step that failed), and acks and reconnects wake it as before.
-        """
-        if not self._thread.is_alive() or not self._step_lock.acquire(blocking=False):
-            self._wake.set()
-            return
-        try:
-            self._step()
-            needs_thread = self._backlog_left
-        except Exception:
-            needs_thread = True  # the thread retries and logs it
-        finally:
-            self._step_lock.release()
-        if needs_thread:
             self._wake.set()
 
     def flush(self) -> None:
@@ -187,15 +164,13 @@ class Publisher:
         while not self._stop.is_set():
             self._wake.clear()
             try:
-                with self._step_lock:
-                    wait = self._step()
+                wait = self._step()
             except Exception:  # a spool that cannot be read (disk error): keep the thread, retry later
                 log.exception("MQTT: publisher step failed; retrying in 1 s")
                 wait = 1.0
             if wait:
                 self._wake.wait(wait)
-        with self._step_lock:
-            self._settle_acks()
+        self._settle_acks()
 
     def _step(self) -> float:
         """One turn: settle acks, follow the connection, fill the window; how long to sleep (0: go on)."""

@@ -155,22 +155,6 @@ def test_in_flight_stays_within_the_window_and_the_brokers_receive_maximum(
     assert device.publisher.stats().acked == 3000
 
 
-def test_a_result_published_while_the_publisher_is_idle_leaves_in_the_callers_thread(
-    mosquitto: Mosquitto, devices: Callable[..., Device]
-) -> None:
-    device = devices(mosquitto)
-    handed_over_at_once = 0
-    for i in range(20):
-        wait_for(lambda: device.publisher.stats().in_flight == 0, timeout=5)
-        time.sleep(0.02)  # the publisher thread has gone back to sleep
-        before = device.publisher.stats().published
-        device.publisher.publish(TOPIC, b"%d" % i)
-        handed_over_at_once += device.publisher.stats().published == before + 1
-    assert device.publisher.drain(10)
-    assert device.publisher.stats().acked == 20
-    assert handed_over_at_once >= 15  # the publisher thread may be taking its idle turn now and then
-
-
 def test_qos0_bypasses_the_spool_and_is_dropped_while_disconnected(
     mosquitto: Mosquitto, devices: Callable[..., Device]
 ) -> None:
