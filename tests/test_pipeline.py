@@ -1,0 +1,189 @@
+"""The pipeline's publishing policy, with MediaPipe's real face detector on OpenVINO and a real photograph.
+
+The sink here records what the pipeline hands on; delivery to a broker is the publisher's job and is
+tested against Mosquitto in tests/mqtt and tests/daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import cv2
+import jsonschema
+import numpy as np
+import pytest
+
+from edge_runtime.decoders import make_decoder
+from edge_runtime.decoders.base import Decoder
+from edge_runtime.model import LoadedModel, load_model
+from edge_runtime.package.loader import open_package
+from edge_runtime.pipeline import Pipeline, PublishPolicy
+from edge_runtime.results import result_schema
+from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceConfig
+
+RESULT_TOPIC = "edge/box/faces/result"
+SNAPSHOT_TOPIC = "edge/box/faces/snapshot"
+
+
+class FramesOnce(Source):
+    """The given frames, one per read, then the end: a file played once, from memory."""
+
+    types = ("frames",)
+
+    def __init__(self, frames: Sequence[np.ndarray]) -> None:
+        super().__init__(SourceConfig(), "frames")
+        self._frames = list(frames)
+
+    def start(self) -> None:
+        self.stats.connected = True
+
+    def read(self, timeout: float) -> Frame | None:
+        index = self.stats.delivered
+        if index >= len(self._frames):
+            raise EndOfSource
+        self.stats.delivered += 1
+        return Frame(self._frames[index], index, time.time(), self.name)
+
+    def close(self) -> None:
+        self._frames = self._frames[: self.stats.delivered]
+
+
+class RecordingSink:
+    """Keeps every (topic, payload, qos, retain) handed to it, in order."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, bytes, int, bool]] = []
+        self._lock = threading.Lock()
+
+    def publish(self, topic: str, payload: bytes, qos: int, retain: bool) -> None:
+        with self._lock:
+            self.messages.append((topic, payload, qos, retain))
+
+    def results(self) -> list[dict[str, Any]]:
+        return [json.loads(payload) for topic, payload, _, _ in self.messages if topic == RESULT_TOPIC]
+
+    def on(self, topic: str) -> list[tuple[str, bytes, int, bool]]:
+        return [message for message in self.messages if message[0] == topic]
+
+
+@pytest.fixture(scope="module")
+def face_model(face_package_dir: Path) -> Iterator[LoadedModel]:
+    model = load_model(open_package(face_package_dir), "openvino/fp32", "openvino", {"precision": "fp32"})
+    yield model
+    model.close()
+
+
+@pytest.fixture
+def frames(astronaut_bgr: np.ndarray) -> dict[str, np.ndarray]:
+    """The astronaut (one face), a grey frame (none), and the astronaut shifted right by 100 px in a 640×512 frame."""
+    shifted = np.zeros((512, 640, 3), np.uint8)
+    shifted[:, 100:612] = astronaut_bgr
+    return {"face": astronaut_bgr, "empty": np.full_like(astronaut_bgr, 128), "shifted": shifted}
+
+
+def face_decoder(model: LoadedModel) -> Decoder:
+    spec = model.package.manifest.decoder
+    assert spec is not None
+    return make_decoder(spec.name, spec.params, model.package.manifest.labels)
+
+
+def run(
+    model: LoadedModel, images: Sequence[np.ndarray], policy: PublishPolicy, decoder: Decoder | None = None
+) -> tuple[Pipeline, RecordingSink]:
+    """Every image through a pipeline to its end, and what reached the sink."""
+    sink = RecordingSink()
+    pipeline = Pipeline(
+        name="faces",
+        device_id="box",
+        topic_prefix="edge",
+        source=FramesOnce(images),
+        model=model,
+        decoder=decoder or face_decoder(model),
+        input_spec=model.input_specs[0],
+        policy=policy,
+        sink=sink,
+    )
+    pipeline.start()
+    assert pipeline.finished.wait(30)
+    pipeline.stop()
+    return pipeline, sink
+
+
+def test_each_frame_gives_one_valid_result_in_order_with_boxes_in_source_pixels(
+    face_model: LoadedModel, frames: dict[str, np.ndarray]
+) -> None:
+    pipeline, sink = run(face_model, [frames["face"], frames["shifted"], frames["face"]], PublishPolicy())
+    results = sink.results()
+    schema = result_schema()
+    for message in results:
+        jsonschema.validate(message, schema)
+    assert [m["index"] for m in results] == [0, 1, 2]
+    assert len({m["id"] for m in results}) == 3
+    assert all(qos == 1 and not retain for _, _, qos, retain in sink.on(RESULT_TOPIC))
+    boxes = [m["result"]["detections"][0]["box"] for m in results]
+    assert abs((boxes[1][0] - boxes[0][0]) - 100) < 3  # the shifted face is found 100 px further right
+    assert boxes[0] == pytest.approx(boxes[2], abs=1e-3)
+    assert all(v >= 0 for v in results[0]["latency_ms"].values())
+    assert pipeline.stats.results == 3 and pipeline.stats.errors == 0
+
+
+def test_a_score_threshold_drops_results_below_it_and_empty_ones(
+    face_model: LoadedModel, frames: dict[str, np.ndarray]
+) -> None:
+    images = [frames["face"], frames["empty"], frames["face"]]
+    _, everything = run(face_model, images, PublishPolicy())
+    face_score = everything.results()[0]["result"]["detections"][0]["score"]
+    assert everything.results()[1]["result"]["detections"] == []
+    _, above = run(face_model, images, PublishPolicy(min_score=face_score - 0.05))
+    assert [m["index"] for m in above.results()] == [0, 2]
+    _, none = run(face_model, images, PublishPolicy(min_score=min(1.0, face_score + 0.01)))
+    assert none.results() == []
+
+
+def test_only_on_change_publishes_when_what_was_found_changes(
+    face_model: LoadedModel, frames: dict[str, np.ndarray]
+) -> None:
+    face, empty, shifted = frames["face"], frames["empty"], frames["shifted"]
+    _, sink = run(face_model, [face, face, shifted, empty, empty, face], PublishPolicy(only_on_change=True))
+    # a moved face is the same news; a face leaving and coming back is not
+    assert [m["index"] for m in sink.results()] == [0, 3, 5]
+
+
+def test_retain_and_qos_are_handed_to_the_publisher(face_model: LoadedModel, frames: dict[str, np.ndarray]) -> None:
+    _, sink = run(face_model, [frames["face"]], PublishPolicy(qos=2, retain=True))
+    assert [(qos, retain) for _, _, qos, retain in sink.on(RESULT_TOPIC)] == [(2, True)]
+
+
+def test_snapshots_are_annotated_jpegs_at_most_once_per_interval(
+    face_model: LoadedModel, frames: dict[str, np.ndarray]
+) -> None:
+    _, sink = run(face_model, [frames["face"]] * 6, PublishPolicy(snapshot_interval_s=60.0, jpeg_quality=90))
+    snapshots = sink.on(SNAPSHOT_TOPIC)
+    assert len(snapshots) == 1 and len(sink.results()) == 6
+    _, payload, qos, retain = snapshots[0]
+    assert (qos, retain) == (0, True)
+    picture = cv2.imdecode(np.frombuffer(payload, np.uint8), cv2.IMREAD_COLOR)
+    assert picture.shape == frames["face"].shape
+    box = [round(v) for v in sink.results()[0]["result"]["detections"][0]["box"]]
+    edge = picture[box[1], box[0] : box[2]].astype(int)  # the box's top edge is drawn in green
+    assert np.median(edge[:, 1] - edge[:, [0, 2]].max(axis=1)) > 100
+
+
+def test_a_result_that_cannot_be_decoded_is_counted_and_the_pipeline_runs_on(
+    face_model: LoadedModel, frames: dict[str, np.ndarray]
+) -> None:
+    wrong = make_decoder("ssd_anchors", {**_face_params(face_model), "num_layers": 2, "strides": [8, 8]}, ("face",))
+    pipeline, sink = run(face_model, [frames["face"]] * 3, PublishPolicy(), decoder=wrong)
+    assert pipeline.stats.errors == 3 and sink.results() == []
+    assert pipeline.source.stats.delivered == 3  # every frame was still read and inferred
+
+
+def _face_params(model: LoadedModel) -> dict[str, Any]:
+    spec = model.package.manifest.decoder
+    assert spec is not None
+    return dict(spec.params)
