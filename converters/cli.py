@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edge-convert",
         description="Convert a model (.onnx, OpenVINO .xml, .tflite, Keras .keras, TensorFlow SavedModel folder, "
-        "PyTorch module:factory) "
+        "PyTorch TorchScript, torch.export .pt2 or module:factory) "
         "into a model package with fp32, fp16 and int8 variants, each checked against the original and measured; "
         "writes model.yaml and report.md/json/png.",
     )
@@ -38,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
         "model", type=Path, help="the trained model file, a SavedModel folder, or a PyTorch package.module:factory"
     )
     parser.add_argument(
-        "--input-shape", type=_ints, help="input shape of a PyTorch factory or TorchScript model, e.g. 1,3,224,224"
+        "--input-shape",
+        type=_ints,
+        help="input shape of a PyTorch factory or TorchScript model, e.g. 1,3,224,224 (a .pt2 program records its own)",
     )
     parser.add_argument("-o", "--output", type=Path, required=True, dest="out_dir", help="package folder to write")
     parser.add_argument("--overwrite", action="store_true", help="replace the converter's files in a non-empty folder")

@@ -11,13 +11,20 @@ TorchScript types and never imports or calls Python objects. The code itself is 
 runs when the model is exported and may call any PyTorch operator, file reads and writes included, and
 PyTorch's security notes say to treat a TorchScript model like executable code from its author. So a
 TorchScript file is trusted the way a factory module is: the user is converting code they chose to run.
-torch.export programs (.pt2) are refused: `torch.export.load` reads the weights, constants and example
-inputs a file marks as pickled with `torch.load(weights_only=False)` or `pickle.loads` (example inputs
-fall back to it when the weights-only load fails), so the file decides, and can run any code.
+torch.export programs (.pt2) are read once their archive is inspected, before torch opens it, because
+`torch.export.load` lets the file decide how each part is read: a weight or constant its JSON config marks
+as pickled goes through `torch.load(weights_only=False)`, an opaque constant through `pickle.loads`, a
+compiled AOTInductor model is loaded as a shared library, and older archives keep whole state dicts as
+pickles. An archive holding any of these is refused; what is left is the graph as JSON, weights and
+constants as raw bytes, extra text files, and the example inputs, a torch.save file that the loader
+reads with `weights_only=True` and retries with False, which `converters.pytorch_source` forces back to
+True. The graph is then checked to call only PyTorch operators before it runs.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import zipfile
 from dataclasses import dataclass
 from enum import Enum
@@ -34,6 +41,7 @@ class SourceKind(str, Enum):
     KERAS = "keras"
     SAVED_MODEL = "saved_model"
     TORCHSCRIPT = "torchscript"
+    EXPORTED_PROGRAM = "exported_program"
 
     @property
     def is_tensorflow(self) -> bool:
@@ -53,9 +61,31 @@ NOT_YET = {
 HOW_TO_EXPORT = (
     "export the model to ONNX, which holds only the graph and weights, and convert the .onnx file: "
     "torch.onnx.export(model, example, 'model.onnx') for PyTorch; or save it as TorchScript "
-    "(torch.jit.script(model).save('model.pt')), or name the code that builds it, package.module:factory, "
-    "and give either one --input-shape; save Keras models as .keras files, which this converter reads"
+    "(torch.jit.script(model).save('model.pt')) or as a torch.export program "
+    "(torch.export.save(torch.export.export(model, (example,)), 'model.pt2')), or name the code that builds it, "
+    "package.module:factory, with --input-shape; save Keras models as .keras files, which this converter reads"
 )
+# What torch.export.load reads without unpickling (torch/export/pt2_archive/_package.py, load_pt2), relative to
+# the archive's root folder: the format markers, the graph as JSON, weights and tensor constants as raw bytes
+# described by JSON configs, extra/ files read as text, and the example inputs (loaded weights-only).
+_PT2_READ_SAFELY = re.compile(
+    r"archive_format|archive_version|byteorder|\.data/[\w.]+|models/\w+\.json|extra/.+"
+    r"|data/weights/\w+_weights_config\.json|data/weights/weight_\d+"
+    r"|data/constants/\w+_constants_config\.json|data/constants/tensor_\d+|data/sample_inputs/\w+\.pt"
+)
+_PT2_UNSAFE = {
+    r"data/aotinductor/": "AOTInductor compiled code, which torch.export.load loads as a shared library",
+    r"data/constants/opaque_obj_": "an opaque constant object, which torch.export.load reads with pickle.loads",
+    r"data/constants/custom_obj_": "a TorchScript custom-class constant, unpickled by torch.export.load and not "
+    "exportable to ONNX",
+    r"data/(weights|constants)/\w+\.pt$": "a state dict saved with torch.save (an older archive), which "
+    "torch.export.load reads as a pickle",
+}
+# The JSON configs that describe weights and constants, and the file names their payloads must have.
+_PT2_PAYLOADS = {
+    re.compile(r"data/weights/\w+_weights_config\.json"): "weight_",
+    re.compile(r"data/constants/\w+_constants_config\.json"): "tensor_",
+}
 # Protocol 2+ pickles start with the PROTO opcode; zip archives with a data.pkl are torch.save files.
 _PICKLE_MAGIC = b"\x80"
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -106,6 +136,8 @@ class SourceModel:
     def _require_exported(self) -> None:
         if self.kind is SourceKind.TORCHSCRIPT:
             raise ConversionError(f"{self.label} must first be exported to ONNX, which needs --input-shape")
+        if self.kind is SourceKind.EXPORTED_PROGRAM:
+            raise ConversionError(f"{self.label} must first be exported to ONNX")
 
 
 def first_line(error: BaseException) -> str:
@@ -125,12 +157,15 @@ def detect_source(path: Path) -> SourceModel:
             "or a TensorFlow SavedModel folder"
         )
     suffix = path.suffix.lower()
+    if _exported_program_root(path) is not None:
+        inspect_exported_program(path)
+        return SourceModel(path=path, kind=SourceKind.EXPORTED_PROGRAM)
     if _is_torchscript(path):
         return SourceModel(path=path, kind=SourceKind.TORCHSCRIPT)
-    if suffix == ".pt2":
-        raise ConversionError(_exported_program_refusal(path))
     if suffix in PICKLE_SUFFIXES or _is_pickle(path):
         raise ConversionError(_pickle_refusal(path))
+    if suffix == ".pt2":
+        raise ConversionError(f"{path} is not a torch.export archive (it has no archive_format entry reading pt2)")
     if suffix in NOT_YET:
         raise ConversionError(f"{path}: {NOT_YET[suffix]} are not read by this converter yet; {HOW_TO_EXPORT}")
     if suffix not in SUFFIXES:
@@ -177,9 +212,60 @@ def _pickle_refusal(path: Path) -> str:
     )
 
 
-def _exported_program_refusal(path: Path) -> str:
+def _exported_program_root(path: Path) -> str | None:
+    """The root folder of a torch.export archive (the folder holding archive_format = pt2), else None."""
+    names = _zip_names(path)
+    root = names[0].split("/")[0] if names else ""
+    if f"{root}/archive_format" not in names:
+        return None
+    with zipfile.ZipFile(path) as archive:
+        return root if archive.read(f"{root}/archive_format") == b"pt2" else None
+
+
+def inspect_exported_program(path: Path) -> None:
+    """Refuse a torch.export archive holding anything torch.export.load would unpickle or run when loading it."""
+    root = _exported_program_root(path)
+    if root is None:
+        raise ConversionError(f"{path} is not a torch.export archive (it has no archive_format entry reading pt2)")
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+        for name in names:
+            entry = name.removeprefix(f"{root}/")
+            if name == entry or not _PT2_READ_SAFELY.fullmatch(entry):
+                raise ConversionError(_exported_program_refusal(path, f"{name} holds {_unsafe_reason(entry)}"))
+        for name in names:
+            for config, payload_prefix in _PT2_PAYLOADS.items():
+                if config.fullmatch(name.removeprefix(f"{root}/")):
+                    _check_payload_config(path, name, archive.read(name), payload_prefix)
+
+
+def _unsafe_reason(entry: str) -> str:
+    for pattern, reason in _PT2_UNSAFE.items():
+        if re.match(pattern, entry):
+            return reason
+    return "an entry that is not part of a torch.export program"
+
+
+def _check_payload_config(path: Path, name: str, content: bytes, payload_prefix: str) -> None:
+    """Each weight or constant must be raw tensor bytes: `use_pickle` means torch.load(weights_only=False), and a
+    constant's file name picks its reader (opaque_obj_ files go to pickle.loads)."""
+    try:
+        config = json.loads(content)["config"]
+        items = [(str(fqn), meta["use_pickle"], str(meta["path_name"])) for fqn, meta in config.items()]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ConversionError(f"{path}: {name} is not a torch.export weights or constants config") from None
+    for fqn, use_pickle, path_name in items:
+        if use_pickle is not False:
+            what = f"{name} marks {fqn} as pickled ({path_name}), which torch.export.load reads with weights_only=False"
+            raise ConversionError(_exported_program_refusal(path, what))
+        if not re.fullmatch(rf"{payload_prefix}\d+", path_name):
+            what = f"{name} stores {fqn} in {path_name}, which torch.export.load would not read as raw tensor bytes"
+            raise ConversionError(_exported_program_refusal(path, what))
+
+
+def _exported_program_refusal(path: Path, what: str) -> str:
     return (
-        f"{path} is a torch.export program; refusing to load it, because torch.export.load unpickles the weights, "
-        f"constants and example inputs the file marks as pickled with torch.load(weights_only=False) or "
-        f"pickle.loads, which runs arbitrary code from the file; {HOW_TO_EXPORT}"
+        f"{path} is a torch.export program, and its {what}; refusing to load it, because that runs "
+        f"code from the file (torch.export.save writes plain tensors as raw bytes, so this comes from tensor "
+        f"subclasses, custom objects, compiled code or an old PyTorch); {HOW_TO_EXPORT}"
     )

@@ -57,6 +57,18 @@ def test_torchscript_archives_are_recognised_by_their_code_folder(tmp_path: Path
         source.onnx_file()
 
 
+def test_pt2_files_that_are_not_torch_export_archives_are_refused(tmp_path: Path) -> None:
+    pickled = tmp_path / "pickled.pt2"
+    pickled.write_bytes(pickle.dumps({"weights": [1.0]}, protocol=4))
+    with pytest.raises(ConversionError, match=r"pickled\.pt2 is a Python pickle"):
+        detect_source(pickled)
+    other = tmp_path / "other.pt2"
+    with zipfile.ZipFile(other, "w") as archive:
+        archive.writestr("other/archive_format", "not pt2")
+    with pytest.raises(ConversionError, match=r"other\.pt2 is not a torch\.export archive"):
+        detect_source(other)
+
+
 def test_missing_file_and_missing_ir_weights_are_errors(tmp_path: Path) -> None:
     with pytest.raises(ConversionError, match="model not found"):
         detect_source(tmp_path / "absent.onnx")
