@@ -57,13 +57,13 @@ def tool(name: str) -> str:
     return path
 
 
-def benchmark_app(model_file: Path, hint: str, seconds: float) -> float:
+def benchmark_app(model_file: Path, hint: str, seconds: float, precision: str = "f32") -> float:
     """Median latency in ms (latency hint) or throughput in FPS (throughput hint).
 
     benchmark_app refuses a thread count together with a hint, so both sides use all cores here.
     """
     command = [tool("benchmark_app"), "-m", str(model_file), "-d", "CPU", "-hint", hint]
-    command += ["-t", str(max(1, round(seconds))), "-infer_precision", "f32"]
+    command += ["-t", str(max(1, round(seconds))), "-infer_precision", precision]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     if hint == "throughput":
         return float(re.search(r"Throughput:\s+([\d.]+) FPS", out).group(1))  # type: ignore[union-attr]

@@ -23,13 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,6 +41,7 @@ from edge_runtime.package.loader import open_package
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+from backend_overhead import benchmark_app, litert_benchmark  # noqa: E402
 from quantized_package import VARIANTS, converted_package, describe_calibration, version  # noqa: E402
 
 GOAL = 2.0
@@ -105,35 +102,6 @@ def runs_at(precision: str, details: dict[str, str]) -> str:
     if "quantized_ops" in details:
         return f"{precision} (quantized ops {details['quantized_ops']})"
     return precision
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name) or str(Path(sys.executable).parent / name)
-    if not Path(path).exists():
-        raise SystemExit(f"{name} not found; install the project with `pip install -e .[all]`, or pass --no-tools")
-    return path
-
-
-def benchmark_app(model_file: Path, hint: str, seconds: float, precision: str) -> float:
-    """Median latency in ms (latency hint) or throughput in FPS (throughput hint), on all cores."""
-    command = [tool("benchmark_app"), "-m", str(model_file), "-d", "CPU", "-hint", hint]
-    command += ["-t", str(max(1, round(seconds))), "-infer_precision", precision]
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    if hint == "throughput":
-        return float(re.search(r"Throughput:\s+([\d.]+) FPS", out).group(1))  # type: ignore[union-attr]
-    value, unit = re.search(r"Median:\s+([\d.]+) (ms|us)", out).groups()  # type: ignore[union-attr]
-    return float(value) / (1000 if unit == "us" else 1)
-
-
-def litert_benchmark(model_file: Path, seconds: float, threads: int, expected_ms: float) -> float:
-    """Median latency in ms of LiteRT's own benchmark, XNNPACK on `threads` threads."""
-    runs = max(50, int(seconds * 1000 / max(expected_ms, 0.05)))
-    with tempfile.TemporaryDirectory() as tmp:
-        result = Path(tmp) / "result.json"
-        command = [tool("litert-benchmark"), "--model", str(model_file), "--num_threads", str(threads)]
-        command += ["--num_runs", str(runs), "--result_json", str(result)]
-        subprocess.run(command, capture_output=True, text=True, check=True)
-        return float(json.loads(result.read_text())["latency"]["median_ms"])
 
 
 def measure(package: Path, setups: list[Setup], args: argparse.Namespace) -> list[Series]:
