@@ -42,6 +42,23 @@ def tiny_openvino(tiny_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return convert_to_openvino_ir(tiny_onnx, tmp_path_factory.mktemp("tiny_ir") / "tiny.xml")
 
 
+@pytest.fixture(scope="session")
+def tiny_variant_files(tiny_onnx: Path, tiny_openvino: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny classifier's files as onnx/fp32, onnx/int8 (dynamically quantized) and openvino/fp32, no manifest."""
+    import shutil
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root = tmp_path_factory.mktemp("tiny_variant_files")
+    for folder in ("onnx/fp32", "onnx/int8", "openvino/fp32"):
+        (root / folder).mkdir(parents=True)
+    shutil.copy(tiny_onnx, root / "onnx/fp32/model.onnx")
+    quantize_dynamic(tiny_onnx, root / "onnx/int8/model.onnx", weight_type=QuantType.QInt8)
+    shutil.copy(tiny_openvino, root / "openvino/fp32/model.xml")
+    shutil.copy(tiny_openvino.with_suffix(".bin"), root / "openvino/fp32/model.bin")
+    return root
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)

@@ -98,17 +98,10 @@ def face_with_edgetpu(face: ModelPackage, face_copy: Path) -> ModelPackage:
 
 
 @pytest.fixture(scope="session")
-def tiny_package(tiny_onnx: Path, tiny_openvino: Path, tmp_path_factory: pytest.TempPathFactory) -> ModelPackage:
+def tiny_package(tiny_variant_files: Path, tmp_path_factory: pytest.TempPathFactory) -> ModelPackage:
     """A classifier with onnx/fp32, onnx/int8 (dynamically quantized) and openvino/fp32 variants."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    root = tmp_path_factory.mktemp("tiny_package")
-    for folder in ("onnx/fp32", "onnx/int8", "openvino/fp32"):
-        (root / folder).mkdir(parents=True)
-    shutil.copy(tiny_onnx, root / "onnx/fp32/model.onnx")
-    quantize_dynamic(tiny_onnx, root / "onnx/int8/model.onnx", weight_type=QuantType.QInt8)
-    shutil.copy(tiny_openvino, root / "openvino/fp32/model.xml")
-    shutil.copy(tiny_openvino.with_suffix(".bin"), root / "openvino/fp32/model.bin")
+    root = tmp_path_factory.mktemp("tiny_package") / "package"
+    shutil.copytree(tiny_variant_files, root)
     variants = {
         "onnx/int8": describe_variant(root, ["onnx/int8/model.onnx"], ModelFormat.ONNX, Precision.INT8),
         "onnx/fp32": describe_variant(root, ["onnx/fp32/model.onnx"], ModelFormat.ONNX, Precision.FP32),

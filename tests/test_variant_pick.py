@@ -47,26 +47,12 @@ def generic() -> DeviceProfile:
     return next(p for p in load_profiles(include_system=False) if p.name == "generic-x86-cpu")
 
 
-@pytest.fixture(scope="session")
-def tiny_files(tiny_onnx: Path, tiny_openvino: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    root = tmp_path_factory.mktemp("tiny_files")
-    for folder in ("onnx/fp32", "onnx/int8", "openvino/fp32"):
-        (root / folder).mkdir(parents=True)
-    shutil.copy(tiny_onnx, root / "onnx/fp32/model.onnx")
-    quantize_dynamic(tiny_onnx, root / "onnx/int8/model.onnx", weight_type=QuantType.QInt8)
-    shutil.copy(tiny_openvino, root / "openvino/fp32/model.xml")
-    shutil.copy(tiny_openvino.with_suffix(".bin"), root / "openvino/fp32/model.bin")
-    return root
-
-
 @pytest.fixture
-def make_package(tiny_files: Path, tmp_path: Path) -> MakePackage:
+def make_package(tiny_variant_files: Path, tmp_path: Path) -> MakePackage:
     def make(int8: dict[str, float], fp32: dict[str, float] | None = None) -> ModelPackage:
         """The tiny classifier with onnx/int8's accuracy fields as given, the float variants' as `fp32`."""
         root = tmp_path / f"package{len(list(tmp_path.iterdir()))}"
-        shutil.copytree(tiny_files, root)
+        shutil.copytree(tiny_variant_files, root)
         accuracy = {"onnx/int8": int8, "onnx/fp32": fp32 or FINE, "openvino/fp32": fp32 or FINE}
         variants = {
             vid: describe_variant(root, files, fmt, precision, accuracy=accuracy[vid])
