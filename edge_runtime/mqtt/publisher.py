@@ -66,6 +66,7 @@ class Publisher:
         self._drain_rate = settings.drain_rate
         self._acks: deque[tuple[int, bool]] = deque()  # filled by paho's thread, emptied by ours
         self._wake = threading.Event()
+        self._waiting_for_room = False  # the window is full: only an ack can let the thread send more
         self._stop = threading.Event()
         self._closing = False
         # Owned by the publisher thread only:
@@ -109,6 +110,7 @@ class Publisher:
         """Wait until the spool is empty and nothing is in flight; False if that took longer than `timeout`."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            self._wake.set()  # settle the acks that arrived since the thread's last turn
             self._spool.flush()
             if not self._in_flight and self._spool.depth.count == 0:
                 return True
@@ -152,8 +154,11 @@ class Publisher:
 
     def _on_ack(self, mid: int, accepted: bool) -> None:
         # paho's thread, holding paho's message lock: only hand over; the publisher thread does the work.
+        # Acks are settled at the thread's next turn; they wake it only when they open a full window, so a
+        # busy pipeline costs one turn per result instead of one per result and one per ack.
         self._acks.append((mid, accepted))
-        self._wake.set()
+        if self._waiting_for_room or self._closing:
+            self._wake.set()
 
     def _on_connect(self, session: int) -> None:
         # paho's thread: what is in the spool at this instant is backlog, whatever comes later is live.
@@ -180,8 +185,7 @@ class Publisher:
             self._begin_session(self._connection.connect_count)
         if not connected or self._closing:
             return _IDLE_WAIT_S
-        sent, wait = self._send_some()
-        return 0.0 if sent else wait
+        return self._send_some()
 
     def _settle_acks(self) -> None:
         while self._acks:
@@ -208,32 +212,41 @@ class Publisher:
         self._tokens = 0.0
         self._tokens_at = time.monotonic()
 
-    def _send_some(self) -> tuple[int, float]:
-        """Fill the window; returns how many were sent and how long to sleep if none were."""
+    def _send_some(self) -> float:
+        """Fill the window; how long to sleep before the next turn (0: go on at once).
+
+        The thread goes on at once only while more may be waiting (the backlog's next share, or live rows
+        beyond the room this turn had); otherwise the next put, an ack opening a full window, or the
+        backlog's tokens wake it.
+        """
         room = self._window() - len(self._in_flight)
+        self._waiting_for_room = room <= 0
         if room <= 0:
-            return 0, _IDLE_WAIT_S
-        sent = 0
+            return _IDLE_WAIT_S
+        backlog_sent = 0
         if self._backlog_left:
             budget = min(room, int(self._refill_tokens()))
             if budget > 0:
                 rows = self._spool.take(budget, after_id=self._backlog_after, through_id=self._backlog_through)
                 self._backlog_left = len(rows) > 0
-                done = self._send(rows)
-                if done:
-                    self._backlog_after = rows[done - 1].id
-                self._tokens -= done
-                sent += done
-                if done < len(rows):
-                    return sent, 0.01  # paho refused one: the connection is going down
-        rows = self._spool.take(room - sent, after_id=self._live_after)
+                backlog_sent = self._send(rows)
+                if backlog_sent:
+                    self._backlog_after = rows[backlog_sent - 1].id
+                self._tokens -= backlog_sent
+                if backlog_sent < len(rows):
+                    return 0.01  # paho refused one: the connection is going down
+        live_room = room - backlog_sent
+        rows = self._spool.take(live_room, after_id=self._live_after)
         done = self._send(rows)
         if done:
             self._live_after = rows[done - 1].id
-        sent += done
-        if sent or not self._backlog_left:
-            return sent, _IDLE_WAIT_S
-        return 0, max(0.001, (1.0 - self._tokens) / self._drain_rate)
+        if done < len(rows):
+            return 0.01
+        if backlog_sent or (rows and done == live_room):
+            return 0.0
+        if not self._backlog_left:
+            return _IDLE_WAIT_S
+        return max(0.001, (1.0 - self._tokens) / self._drain_rate)
 
     def _send(self, rows: list[SpoolRecord]) -> int:
         for done, row in enumerate(rows):

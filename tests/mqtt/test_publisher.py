@@ -155,6 +155,22 @@ def test_in_flight_stays_within_the_window_and_the_brokers_receive_maximum(
     assert device.publisher.stats().acked == 3000
 
 
+def test_acks_reopen_a_full_window_without_waiting_for_more_results(
+    brokers: Callable[..., Mosquitto], devices: Callable[..., Device]
+) -> None:
+    # Acks wake the thread only when the window is full. A burst of 700 through a window of 7 is then
+    # 100 windows, each reopened by its acks; had they waited for the idle timeout it would take 10 s.
+    broker = brokers(listener_options=["max_inflight_messages 7"])
+    watcher = broker.subscribe_collect(TOPIC)
+    device = devices(broker, max_in_flight=100)
+    started = time.monotonic()
+    for i in range(700):
+        device.publisher.publish(TOPIC, b"%d" % i)
+    assert watcher.wait_until(lambda _: len(numbers(watcher)) == 700, 10)
+    assert time.monotonic() - started < 4.0
+    assert wait_for(lambda: device.publisher.stats().acked == 700, 2)  # settled at a turn, without drain()
+
+
 def test_qos0_bypasses_the_spool_and_is_dropped_while_disconnected(
     mosquitto: Mosquitto, devices: Callable[..., Device]
 ) -> None:
