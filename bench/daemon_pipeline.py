@@ -76,7 +76,14 @@ WARMUP_S = 1.0
 CORES = len(os.sched_getaffinity(0))
 PARTS = {"throughput": "Throughput", "latency": "Latency, one frame at a time", "video": "H.264 file, pipelined"}
 _INDEX = re.compile(rb'"index":(\d+)')
-ROLES = {"feed": "feed", "post": "post", "mqtt-publisher": "publisher", "paho": "paho", "mqtt-spool": "spool flush"}
+ROLES = {
+    "feed": "feed",
+    "openvino-done": "completion",
+    "post": "post",
+    "mqtt-publisher": "publisher",
+    "paho": "paho",
+    "mqtt-spool": "spool flush",
+}
 
 
 class StillFrames(Source):
@@ -245,7 +252,7 @@ def decoder_for(model: LoadedModel) -> Decoder:
 def cpu_seconds(processes: dict[str, int]) -> dict[str, float]:
     """CPU seconds used so far by this process's threads, grouped by role, and by the given processes.
 
-    Threads Python did not start are OpenVINO's: its inference streams and the callback thread.
+    Threads Python did not start are OpenVINO's inference streams (and FFmpeg's decoding threads, if any).
     """
     names = {thread.native_id: thread.name for thread in threading.enumerate()}
     used: dict[str, float] = {}
