@@ -275,7 +275,7 @@ class OpenVinoAsyncRunner(AsyncRunner):
                 request.wait()
                 outputs: Outputs | None = [request.get_output_tensor(i).data.copy() for i in range(self._output_count)]
                 error: BaseException | None = None
-            except RuntimeError as failure:  # the plugin failed this request; the next ones may still run
+            except Exception as failure:  # the plugin failed this request; the next ones may still run
                 outputs, error = None, failure
             self._idle_requests.put(request)
             self._finish(userdata, outputs, error)

@@ -222,7 +222,8 @@ class Publisher:
         room = self._window() - len(self._in_flight)
         self._waiting_for_room = room <= 0
         if room <= 0:
-            return _IDLE_WAIT_S
+            # An ack that paho handed over before the flag was set did not wake us: settle it at once.
+            return 0.0 if self._acks else _IDLE_WAIT_S
         backlog_sent = 0
         if self._backlog_left:
             budget = min(room, int(self._refill_tokens()))
