@@ -307,8 +307,8 @@ def video_part(daemon: Daemon, clip: Path, frames: int, rounds: int) -> str:
     print(f"video: {frames} frames of H.264 640x480", file=sys.stderr)
     sides = {
         "naive loop (latency hint, sync infer, wait for each PUBACK)": lambda: video_naive(daemon.broker, clip, frames),
-        "pipeline, latency hint (the x86 profile's default)": lambda: video_pipelined(daemon, clip, frames, "latency"),
-        "pipeline, throughput hint": lambda: video_pipelined(daemon, clip, frames, "throughput"),
+        "pipeline, latency hint (a live camera's default)": lambda: video_pipelined(daemon, clip, frames, "latency"),
+        "pipeline, throughput hint (a file's default)": lambda: video_pipelined(daemon, clip, frames, "throughput"),
     }
     busy: dict[str, list[float]] = {label: [] for label in sides}
     timed = [partial(_with_cpu_share, run, daemon.processes, busy[label]) for label, run in sides.items()]

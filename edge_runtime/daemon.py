@@ -128,7 +128,9 @@ class Daemon:
     def _start_pipeline(self, pipeline_config: PipelineConfig) -> None:
         name = pipeline_config.name
         self.notifier.extend_timeout(120)  # a first NPU or GPU compile can take minutes
-        model = self.model_pool.acquire(name, pipeline_config.model, self.config_path)
+        model = self.model_pool.acquire(
+            name, pipeline_config.model, self.config_path, unpaced=pipeline_config.source.unpaced
+        )
         manifest = model.package.manifest
         decoder_spec = (
             pipeline_config.decoder.applied_to(manifest.decoder) if pipeline_config.decoder else manifest.decoder
@@ -166,14 +168,16 @@ class Daemon:
         pipeline.start()
         self.pipelines[name] = pipeline
         runs_on = model.backend.runs_on
+        hint = f", {runs_on.details['hint']} hint" if "hint" in runs_on.details else ""
         log.info(
-            "pipeline %s: %s on %s %s (%s, %s), variant %s",
+            "pipeline %s: %s on %s %s (%s, %s%s), variant %s",
             name,
             source.name,
             runs_on.backend,
             runs_on.device,
             runs_on.device_name,
             runs_on.precision,
+            hint,
             model.variant_id,
         )
 

@@ -33,13 +33,18 @@ class ModelPool:
         self._models: dict[str, _Shared] = {}
         self._user_key: dict[str, str] = {}
 
-    def acquire(self, user: str, config: ModelConfig, config_file: Path) -> LoadedModel:
-        """The model for `user` (a pipeline name), loaded once per distinct model and settings."""
+    def acquire(self, user: str, config: ModelConfig, config_file: Path, *, unpaced: bool = False) -> LoadedModel:
+        """The model for `user` (a pipeline name), loaded once per distinct model and settings.
+
+        `unpaced`: the pipeline's input is ready as fast as it is taken (see `SourceConfig.unpaced`), so the
+        throughput hint applies unless the config or the device profile names a hint.
+        """
         path = config.path if config.path.is_absolute() else config_file.parent / config.path
-        key = f"{path.resolve()}|{config.model_dump_json(exclude={'path', 'max_in_flight'})}"
+        defaults = {"hint": "throughput"} if unpaced else {}
+        key = f"{path.resolve()}|{config.model_dump_json(exclude={'path', 'max_in_flight'})}|{defaults}"
         shared = self._models.get(key)
         if shared is None:
-            shared = _Shared(self._load(path, config))
+            shared = _Shared(self._load(path, config, defaults))
             self._models[key] = shared
         else:
             log.info("pipeline %s shares the model loaded for %s", user, ", ".join(sorted(shared.users)))
@@ -61,10 +66,10 @@ class ModelPool:
         for user in list(self._user_key):
             self.release(user)
 
-    def _load(self, path: Path, config: ModelConfig) -> LoadedModel:
+    def _load(self, path: Path, config: ModelConfig, defaults: dict[str, str]) -> LoadedModel:
         package = open_package(path)
         overrides = Overrides(config.backend, config.device, config.precision, config.variant)
         selection = select_for(package, self.box, overrides, self.state_dir)
         extra = {"threads": config.threads, "hint": config.hint, "cache_dir": str(self.cache_dir)}
-        model, _ = load_selected(package, selection, extra, config.fidelity_tolerance)
+        model, _ = load_selected(package, selection, extra, config.fidelity_tolerance, defaults)
         return model

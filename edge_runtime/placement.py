@@ -53,13 +53,17 @@ def select_for(
 
 
 def load_candidate(
-    package: ModelPackage, candidate: Candidate, extra_options: Mapping[str, Any] | None = None
+    package: ModelPackage,
+    candidate: Candidate,
+    extra_options: Mapping[str, Any] | None = None,
+    default_options: Mapping[str, Any] | None = None,
 ) -> LoadedModel:
-    """Load a candidate; `extra_options` (threads, hint, cache_dir...) override the profile's where not None."""
+    """Load a candidate; `extra_options` (threads, hint, cache_dir...) override the profile's where not None,
+    and `default_options` apply where neither sets a value."""
     if candidate.variant_id is None:
         raise EdgeRuntimeError(f"{candidate.choice.label()} has no variant to load: {candidate.reason}")
     extra = {key: value for key, value in (extra_options or {}).items() if value is not None}
-    options = candidate.backend_options() | extra
+    options = dict(default_options or {}) | candidate.backend_options() | extra
     return load_model(package, candidate.variant_id, candidate.choice.backend, options)
 
 
@@ -68,12 +72,13 @@ def load_selected(
     selection: Selection,
     extra_options: Mapping[str, Any] | None = None,
     fidelity_tolerance: float | None = None,
+    default_options: Mapping[str, Any] | None = None,
 ) -> tuple[LoadedModel, Candidate]:
     """Load the chosen candidate, moving down the runnable ones when a load (or the fidelity check) fails."""
     failures = []
     for candidate in selection.runnable():
         try:
-            model = load_candidate(package, candidate, extra_options)
+            model = load_candidate(package, candidate, extra_options, default_options)
             if fidelity_tolerance is not None:
                 _check_fidelity(package, model, fidelity_tolerance)
             return model, candidate

@@ -22,6 +22,15 @@ class SourceConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @property
+    def unpaced(self) -> bool:
+        """Whether input is ready as fast as the pipeline can take it (a file not played in real time).
+
+        Such a pipeline is judged by how fast it gets through its input, not by how soon each result
+        comes out, so its model defaults to the throughput hint instead of the latency hint.
+        """
+        return False
+
 
 @dataclass(frozen=True)
 class Frame:

@@ -68,6 +68,10 @@ class FileSource(CameraConfig):
     realtime: bool = Field(default=False, description="pace frames at the file's frame rate, like a camera")
     policy: Literal["latest", "every"] = "every"
 
+    @property
+    def unpaced(self) -> bool:
+        return not self.realtime and self.max_fps is None
+
 
 class FolderSource(CameraConfig):
     type: Literal["folder"]
@@ -75,6 +79,10 @@ class FolderSource(CameraConfig):
     pattern: str = "*.jpg"
     loop: bool = False
     policy: Literal["latest", "every"] = "every"
+
+    @property
+    def unpaced(self) -> bool:
+        return self.max_fps is None
 
 
 class WindowSpec(SourceConfig):
@@ -126,6 +134,10 @@ class ReplaySource(SensorConfig):
     path: Path
     rate_hz: float | None = Field(default=None, gt=0, description="samples per second; None replays at once")
     loop: bool = False
+
+    @property
+    def unpaced(self) -> bool:
+        return self.rate_hz is None
 
 
 AnySource = Annotated[

@@ -43,6 +43,7 @@ def test_results_arrive_with_the_documented_schema(
     assert len({m["id"] for m in messages}) == 12
     first = messages[0]
     assert first["runtime"]["precision"] == "fp32" and first["task"] == "detection"
+    assert first["runtime"]["backend"] == "openvino" and "throughput hint" in daemon.log  # a file not in realtime
     assert [d["label"] for d in first["result"]["detections"]] == ["face"]
     assert first["latency_ms"]["total"] >= first["latency_ms"]["infer"] > 0
     statuses = watcher.payloads("edge/test-box/status")

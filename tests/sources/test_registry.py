@@ -70,3 +70,27 @@ def test_motion_keepalive_and_serial_reconnect_are_configurable(tmp_path: Path) 
         {"type": "serial", "port": "/dev/ttyACM0", "window": WINDOW, "reconnect": {"initial_s": 2}}
     )
     assert serial_config.reconnect.initial_s == 2  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("source_type", "settings", "unpaced"),
+    [
+        ("v4l2", {}, False),
+        ("stream", {}, False),
+        ("file", {}, True),
+        ("file", {"realtime": True}, False),
+        ("file", {"max_fps": 5}, False),
+        ("folder", {}, True),
+        ("folder", {"max_fps": 2}, False),
+        ("mqtt", {}, False),
+        ("serial", {}, False),
+        ("replay", {}, True),
+        ("replay", {"rate_hz": 100}, False),
+    ],
+)
+def test_sources_say_whether_their_input_waits_for_the_pipeline(
+    source_type: str, settings: dict[str, object], unpaced: bool
+) -> None:
+    fields, _ = CONFIGS[source_type]
+    config = TypeAdapter(AnySource).validate_python({"type": source_type, **fields, **settings})
+    assert config.unpaced is unpaced

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from edge_runtime.config import ModelConfig
+from edge_runtime.model_pool import ModelPool
+from edge_runtime.placement import look_at_box
+
+
+def hint_of(pool: ModelPool, user: str, config: ModelConfig, unpaced: bool) -> str:
+    model = pool.acquire(user, config, Path("config.yaml"), unpaced=unpaced)
+    return model.backend.runs_on.details["hint"]
+
+
+def test_pipelines_on_the_same_model_and_settings_share_one_load(face_package_dir: Path, tmp_path: Path) -> None:
+    pool = ModelPool(look_at_box(), tmp_path / "state", tmp_path / "cache")
+    config = ModelConfig(path=face_package_dir, backend="openvino")
+    first = pool.acquire("door", config, Path("config.yaml"))
+    assert pool.acquire("yard", config, Path("config.yaml")) is first
+    assert pool.acquire("file", config, Path("config.yaml"), unpaced=True) is not first
+    pool.release("door")
+    assert pool.acquire("door", config, Path("config.yaml")) is first  # "yard" kept it loaded
+    pool.release("door")
+    pool.release("yard")
+    assert pool.acquire("door", config, Path("config.yaml")) is not first  # the last user released it
+    pool.close()
+
+
+def test_unpaced_input_gets_the_throughput_hint_unless_a_hint_is_named(face_package_dir: Path, tmp_path: Path) -> None:
+    pool = ModelPool(look_at_box(), tmp_path / "state", tmp_path / "cache")
+    unpinned = ModelConfig(path=face_package_dir, backend="openvino")
+    assert hint_of(pool, "camera", unpinned, unpaced=False) == "latency"
+    assert hint_of(pool, "recording", unpinned, unpaced=True) == "throughput"
+    pinned = ModelConfig(path=face_package_dir, backend="openvino", hint="latency")
+    assert hint_of(pool, "recording-pinned", pinned, unpaced=True) == "latency"
+    pool.close()
+
+
+def test_a_device_profile_that_names_a_hint_keeps_it_for_unpaced_input(face_package_dir: Path, tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "latency-box.yaml").write_text(
+        "name: latency-box\npriority: 1000\nmatch: {}\n"
+        "choices:\n  - backend: openvino\n    device: CPU\n    hint: latency\n"
+    )
+    pool = ModelPool(look_at_box(profile_dirs=[profiles]), tmp_path / "state", tmp_path / "cache")
+    assert hint_of(pool, "recording", ModelConfig(path=face_package_dir), unpaced=True) == "latency"
+    pool.close()
