@@ -40,7 +40,7 @@ class ModelPool:
         throughput hint applies unless the config or the device profile names a hint.
         """
         path = config.path if config.path.is_absolute() else config_file.parent / config.path
-        defaults = {"hint": "throughput"} if unpaced else {}
+        defaults = {"hint": "throughput"} if unpaced and config.hint is None else {}
         key = f"{path.resolve()}|{config.model_dump_json(exclude={'path', 'max_in_flight'})}|{defaults}"
         shared = self._models.get(key)
         if shared is None:

@@ -33,6 +33,8 @@ def test_unpaced_input_gets_the_throughput_hint_unless_a_hint_is_named(face_pack
     assert hint_of(pool, "recording", unpinned, unpaced=True) == "throughput"
     pinned = ModelConfig(path=face_package_dir, backend="openvino", hint="latency")
     assert hint_of(pool, "recording-pinned", pinned, unpaced=True) == "latency"
+    live_pinned = pool.acquire("camera-pinned", pinned, Path("config.yaml"))
+    assert live_pinned is pool.acquire("recording-pinned", pinned, Path("config.yaml"), unpaced=True)
     pool.close()
 
 
