@@ -3,7 +3,8 @@
 Three threads of work meet here. The feed thread pulls items from the source, preprocesses them and
 submits them to the backend's async runner, which blocks while the runner is full: that is the
 backpressure that makes a live camera drop stale frames at the source instead of queueing them.
-The backend finishes requests on its own threads and hands outputs to a bounded post queue. The post
+The runner hands each finished request's outputs to a bounded post queue, from a thread of its own
+(OpenVINO's completion thread, LiteRT's and ONNX Runtime's worker threads). The post
 thread decodes, builds the result message and gives it to the publisher, which spools it to disk
 before anything can be lost.
 """

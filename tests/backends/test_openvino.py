@@ -277,6 +277,37 @@ def test_async_runner_reports_bad_inputs_and_callback_failures(tiny_openvino: Pa
     broken.close()
 
 
+def test_async_runner_gives_back_the_slot_of_a_failed_submit_and_refuses_work_after_close(
+    tiny_openvino: Path,
+) -> None:
+    class Unreadable:
+        def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+            raise ZeroDivisionError("the camera driver broke")
+
+    backend = load_backend("openvino", source(tiny_openvino))
+    done: list[Any] = []
+    raised: list[BaseException] = []
+    runner = backend.async_runner(lambda userdata, outputs, error: done.append(userdata), max_in_flight=1)
+
+    def submit_all() -> None:
+        for _ in range(3):  # with one request, a slot lost to the first failure would block the second submit
+            try:
+                runner.submit([Unreadable()], userdata="broken")
+            except ZeroDivisionError as error:
+                raised.append(error)
+        runner.submit([np.zeros((1, 3, 32, 32), np.float32)], userdata="good")
+        runner.wait_all()  # returns only if the failed submits left nothing outstanding
+
+    worker = threading.Thread(target=submit_all, daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive(), "a failed submit kept its request or its count"
+    assert len(raised) == 3 and done == ["good"]
+    runner.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        runner.submit([np.zeros((1, 3, 32, 32), np.float32)])
+
+
 def test_infer_returns_copies_and_rejects_wrong_shapes(tiny_openvino: Path, rng: np.random.Generator) -> None:
     backend = load_backend("openvino", source(tiny_openvino))
     (first,) = backend.infer([rng.random((1, 3, 32, 32), dtype=np.float32)])
