@@ -14,7 +14,7 @@ from edge_runtime.config import ModelConfig
 from edge_runtime.model import LoadedModel
 from edge_runtime.package.loader import open_package
 from edge_runtime.placement import Box, load_selected, select_for
-from edge_runtime.selection import Overrides
+from edge_runtime.selection import Overrides, Selection
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +40,16 @@ class ModelPool:
         throughput hint applies unless the config or the device profile names a hint.
         """
         path = config.path if config.path.is_absolute() else config_file.parent / config.path
-        defaults = {"hint": "throughput"} if unpaced and config.hint is None else {}
+        package = open_package(path)
+        overrides = Overrides(config.backend, config.device, config.precision, config.variant)
+        selection = select_for(package, self.box, overrides, self.state_dir)
+        defaults = _source_defaults(selection, config, unpaced)
         key = f"{path.resolve()}|{config.model_dump_json(exclude={'path', 'max_in_flight'})}|{defaults}"
         shared = self._models.get(key)
         if shared is None:
-            shared = _Shared(self._load(path, config, defaults))
-            self._models[key] = shared
+            extra = {"threads": config.threads, "hint": config.hint, "cache_dir": str(self.cache_dir)}
+            model, _ = load_selected(package, selection, extra, config.fidelity_tolerance, defaults)
+            shared = self._models[key] = _Shared(model)
         else:
             log.info("pipeline %s shares the model loaded for %s", user, ", ".join(sorted(shared.users)))
         shared.users.add(user)
@@ -66,10 +70,14 @@ class ModelPool:
         for user in list(self._user_key):
             self.release(user)
 
-    def _load(self, path: Path, config: ModelConfig, defaults: dict[str, str]) -> LoadedModel:
-        package = open_package(path)
-        overrides = Overrides(config.backend, config.device, config.precision, config.variant)
-        selection = select_for(package, self.box, overrides, self.state_dir)
-        extra = {"threads": config.threads, "hint": config.hint, "cache_dir": str(self.cache_dir)}
-        model, _ = load_selected(package, selection, extra, config.fidelity_tolerance, defaults)
-        return model
+
+def _source_defaults(selection: Selection, config: ModelConfig, unpaced: bool) -> dict[str, str]:
+    """Options the source's pace asks for, only where they would take effect: OpenVINO is the backend
+    that reads the hint, and the config or the profile's choice may name one already. Settings that
+    change nothing stay out of the sharing key, so such pipelines still share one loaded model."""
+    chosen = selection.chosen
+    if not unpaced or config.hint is not None or chosen is None:
+        return {}
+    if chosen.choice.backend != "openvino" or chosen.choice.hint is not None:
+        return {}
+    return {"hint": "throughput"}

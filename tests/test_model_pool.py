@@ -46,5 +46,17 @@ def test_a_device_profile_that_names_a_hint_keeps_it_for_unpaced_input(face_pack
         "choices:\n  - backend: openvino\n    device: CPU\n    hint: latency\n"
     )
     pool = ModelPool(look_at_box(profile_dirs=[profiles]), tmp_path / "state", tmp_path / "cache")
-    assert hint_of(pool, "recording", ModelConfig(path=face_package_dir), unpaced=True) == "latency"
+    config = ModelConfig(path=face_package_dir)
+    assert hint_of(pool, "recording", config, unpaced=True) == "latency"
+    recording = pool.acquire("recording", config, Path("config.yaml"), unpaced=True)
+    assert pool.acquire("camera", config, Path("config.yaml")) is recording  # the pace changes nothing: shared
+    pool.close()
+
+
+def test_backends_without_a_hint_share_the_model_whatever_the_pace(face_package_dir: Path, tmp_path: Path) -> None:
+    pool = ModelPool(look_at_box(), tmp_path / "state", tmp_path / "cache")
+    config = ModelConfig(path=face_package_dir, backend="litert")
+    recording = pool.acquire("recording", config, Path("config.yaml"), unpaced=True)
+    assert recording.backend.runs_on.backend == "litert"
+    assert pool.acquire("camera", config, Path("config.yaml")) is recording
     pool.close()
