@@ -68,6 +68,7 @@ class ImagePreprocessor:
         self._row_scale = np.tile(self._scale, self.width)  # one NHWC row: scale per pixel and channel
         self._row_offset = np.tile(self._offset, self.width)
         self._identity = bool(np.all(self._scale == 1.0) and np.all(self._offset == 0.0))
+        self._uniform = bool(np.all(self._scale == self._scale[0]) and np.all(self._offset == self._offset[0]))
         self._dtype = np.dtype(tensor.dtype)
         self._integer = np.issubdtype(self._dtype, np.integer)
         # BGR frame channel feeding each model channel, when the colour order is a pure permutation
@@ -105,21 +106,29 @@ class ImagePreprocessor:
         return canvas, FrameTransform(src_w, src_h, scale, scale, off_x, off_y, self.width, self.height)
 
     def _to_float(self, image: np.ndarray) -> np.ndarray:
-        """`image * scale + offset` in float32, computed straight into a tensor in the model's layout."""
+        """`image * scale + offset` in float32, computed straight into a tensor in the model's layout.
+
+        OpenCV's `addWeighted` does the multiply, the add and the conversion in one pass (about twice
+        as fast as numpy's two); it takes one scale per call, so an NCHW tensor is filled plane by plane
+        and an NHWC tensor in one call when every channel has the same scale and offset.
+        """
         if self.spec.layout == "NCHW":
             tensor = np.empty((1, self.channels, self.height, self.width), np.float32)
+            planes = cv2.split(image) if self.channels == 3 else [image.reshape(self.height, self.width)]
             for channel in range(self.channels):
-                plane = tensor[0, channel]
-                source = image[:, :, self._source_channel[channel] if self.channels == 3 else channel]
-                np.multiply(source, self._scale[channel], out=plane)
-                np.add(plane, self._offset[channel], out=plane)
+                source = planes[self._source_channel[channel] if self.channels == 3 else 0]
+                _affine(source, float(self._scale[channel]), float(self._offset[channel]), tensor[0, channel])
             return tensor
         if self._colour == "RGB":
             image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
         tensor = np.empty((1, self.height, self.width, self.channels), np.float32)
         rows = tensor.reshape(self.height, self.width * self.channels)
-        np.multiply(image.reshape(self.height, self.width * self.channels), self._row_scale, out=rows)
-        np.add(rows, self._row_offset, out=rows)
+        pixels = image.reshape(self.height, self.width * self.channels)
+        if self._uniform:
+            _affine(pixels, float(self._scale[0]), float(self._offset[0]), rows)
+        else:
+            np.multiply(pixels, self._row_scale, out=rows)
+            np.add(rows, self._row_offset, out=rows)
         return tensor
 
     def _normalise(self, image: np.ndarray) -> np.ndarray:
@@ -130,6 +139,11 @@ class ImagePreprocessor:
             info = np.iinfo(self._dtype)
             values = np.clip(np.rint(values), info.min, info.max)
         return values.astype(self._dtype, copy=False)
+
+
+def _affine(source: np.ndarray, scale: float, offset: float, out: np.ndarray) -> None:
+    """`out = source * scale + offset` as float32, for 2-D uint8 `source` and contiguous `out`."""
+    cv2.addWeighted(source, scale, source, 0.0, offset, dst=out, dtype=cv2.CV_32F)
 
 
 def _resize(frame: np.ndarray, width: int, height: int) -> np.ndarray:

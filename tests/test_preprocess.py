@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 
@@ -117,3 +118,26 @@ def test_sensor_window_quantized_and_wrong_length() -> None:
     assert pre(np.array([[1.0], [3.0], [-1.0]], np.float32)).tolist() == [[[10], [12], [8]]]
     with pytest.raises(ConfigError, match=r"a window gives shape \[1, 4, 1\], the model takes \[1, 3, 1\]"):
         pre(np.zeros((4, 1), np.float32))
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("colour", ["RGB", "BGR", "GRAY"])
+@pytest.mark.parametrize("resize", ["stretch", "letterbox", "crop"])
+@pytest.mark.parametrize("normalisation", ["same for every channel", "per channel"])
+def test_float_tensors_match_the_affine_map_of_the_fitted_frame(
+    layout: str, colour: str, resize: str, normalisation: str
+) -> None:
+    channels = 1 if colour == "GRAY" else 3
+    shape = (1, channels, 17, 23) if layout == "NCHW" else (1, 17, 23, channels)
+    same = normalisation == "same for every channel"
+    mean, std = ((127.5,), (127.5,)) if same else ((123.7, 116.3, 103.5)[:channels], (58.4, 57.1, 57.4)[:channels])
+    pre = make(InputSpec(shape=shape, layout=layout, color_order=colour, resize=resize, mean=mean, std=std))
+    frame = np.random.default_rng(7).integers(0, 256, (41, 60, 3), dtype=np.uint8)
+    tensor, _ = pre(frame)
+    fitted, _ = pre._fit(frame)
+    grey = cv2.cvtColor(fitted, cv2.COLOR_BGR2GRAY)[..., np.newaxis]
+    pixels = {"RGB": fitted[..., ::-1], "BGR": fitted, "GRAY": grey}[colour]
+    expected = (pixels.astype(np.float32) - np.float32(mean)) / np.float32(std)
+    expected = expected.transpose(2, 0, 1)[np.newaxis] if layout == "NCHW" else expected[np.newaxis]
+    assert tensor.shape == expected.shape and tensor.flags.c_contiguous
+    assert np.allclose(tensor, expected, atol=1e-4)
