@@ -142,6 +142,7 @@ class ThreadedAsyncRunner(AsyncRunner):
         self._slots = threading.Semaphore(self.capacity)
         self._jobs: queue.SimpleQueue[tuple[Sequence[np.ndarray], Any] | None] = queue.SimpleQueue()
         self._pending = 0
+        self._closed = False
         self._idle = threading.Condition()
         self._threads = [
             threading.Thread(target=self._work, args=(run,), name=f"infer-{i}", daemon=True)
@@ -151,8 +152,12 @@ class ThreadedAsyncRunner(AsyncRunner):
             thread.start()
 
     def submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> None:
+        """Raises RuntimeError after `close`: no worker is left to run the job."""
         self._slots.acquire()
         with self._idle:
+            if self._closed:
+                self._slots.release()
+                raise RuntimeError("the runner is closed")
             self._pending += 1
         self._jobs.put((inputs, userdata))
 
@@ -161,6 +166,8 @@ class ThreadedAsyncRunner(AsyncRunner):
             self._idle.wait_for(lambda: self._pending == 0)
 
     def close(self) -> None:
+        with self._idle:
+            self._closed = True
         self.wait_all()
         for _ in self._threads:
             self._jobs.put(None)

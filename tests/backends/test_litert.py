@@ -281,6 +281,8 @@ def test_async_runner_returns_every_result_with_its_userdata(face: LiteRtBackend
         runner.submit([frame], userdata=("frame", i))
     runner.submit([np.zeros((1, 64, 64, 3), np.float32)], userdata="wrong size")
     runner.close()
+    with pytest.raises(RuntimeError, match="closed"):  # no worker is left: it must not wait forever
+        runner.submit([frames[0]], userdata="late")
     assert set(results) == {("frame", i) for i in range(8)} | {"wrong size"}
     for i, outputs in enumerate(expected):
         for got, want in zip(results[("frame", i)], outputs, strict=True):
