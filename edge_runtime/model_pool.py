@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edge_runtime.backends import backend_class
 from edge_runtime.config import ModelConfig
 from edge_runtime.model import LoadedModel
 from edge_runtime.package.loader import open_package
@@ -72,12 +73,10 @@ class ModelPool:
 
 
 def _source_defaults(selection: Selection, config: ModelConfig, unpaced: bool) -> dict[str, str]:
-    """Options the source's pace asks for, only where they would take effect: OpenVINO is the backend
-    that reads the hint, and the config or the profile's choice may name one already. Settings that
-    change nothing stay out of the sharing key, so such pipelines still share one loaded model."""
+    """Options the source's pace asks for, only where they would take effect: the chosen backend must
+    read the hint, and the config or the profile's choice may name one already. Settings that change
+    nothing stay out of the sharing key, so such pipelines still share one loaded model."""
     chosen = selection.chosen
-    if not unpaced or config.hint is not None or chosen is None:
+    if not unpaced or config.hint is not None or chosen is None or chosen.choice.hint is not None:
         return {}
-    if chosen.choice.backend != "openvino" or chosen.choice.hint is not None:
-        return {}
-    return {"hint": "throughput"}
+    return {"hint": "throughput"} if backend_class(chosen.choice.backend).reads_hint else {}

@@ -200,6 +200,7 @@ class Backend(ABC):
     key: ClassVar[str]
     formats: ClassVar[frozenset[ModelFormat]]
     options_type: ClassVar[type[BackendOptions]] = BackendOptions
+    reads_hint: ClassVar[bool] = False  # whether the `hint` option (latency or throughput) changes anything
 
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]

@@ -206,6 +206,7 @@ class OpenVinoBackend(Backend):
     key: ClassVar[str] = "openvino"
     formats: ClassVar[frozenset[ModelFormat]] = frozenset({ModelFormat.OPENVINO, ModelFormat.ONNX, ModelFormat.TFLITE})
     options_type: ClassVar[type[BackendOptions]] = OpenVinoOptions
+    reads_hint: ClassVar[bool] = True
 
     @classmethod
     def probe(cls) -> BackendStatus:
