@@ -114,15 +114,25 @@ def test_a_choice_passes_over_a_flagged_variant_to_its_next_pattern(
     ]
 
 
+def select_flagged_naming(
+    variant: str,
+    make_package: MakePackage,
+    statuses: dict[str, BackendStatus],
+    generic: DeviceProfile,
+    caplog: pytest.LogCaptureFixture,
+) -> Selection:
+    """Selection for the package whose onnx/int8 lost accuracy, with `variant` named; warnings are captured."""
+    with caplog.at_level(logging.WARNING, logger="edge_runtime.selection"):
+        return select(make_package(FLAGGED), ryzen(), statuses, generic, Overrides(variant=variant))
+
+
 def test_a_variant_the_user_names_runs_anyway_with_a_warning(
     make_package: MakePackage,
     statuses: dict[str, BackendStatus],
     generic: DeviceProfile,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    package = make_package(FLAGGED)
-    with caplog.at_level(logging.WARNING, logger="edge_runtime.selection"):
-        selection = select(package, ryzen(), statuses, generic, Overrides(variant="onnx/int8"))
+    selection = select_flagged_naming("onnx/int8", make_package, statuses, generic, caplog)
     chosen = selection.chosen
     assert chosen is not None and chosen.variant_id == "onnx/int8"
     assert chosen.reason.endswith(f"variant onnx/int8 (requested although it {LOST})")
@@ -136,9 +146,7 @@ def test_naming_another_variant_warns_of_nothing(
     generic: DeviceProfile,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    package = make_package(FLAGGED)
-    with caplog.at_level(logging.WARNING, logger="edge_runtime.selection"):
-        selection = select(package, ryzen(), statuses, generic, Overrides(variant="onnx/fp32"))
+    selection = select_flagged_naming("onnx/fp32", make_package, statuses, generic, caplog)
     assert selection.chosen is not None and selection.chosen.variant_id == "onnx/fp32"
     assert not caplog.records
 
