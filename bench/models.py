@@ -24,6 +24,15 @@ REPO = Path(__file__).resolve().parents[1]
 FACE_PACKAGE = REPO / "samples/models/face_detection_short_range"
 ASTRONAUT_CLIP = REPO / "samples/videos/astronaut.mp4"
 
+MOBILENET_V2_INPUT = InputSpec(
+    shape=(1, 3, 224, 224),
+    layout="NCHW",
+    color_order="RGB",
+    resize="stretch",
+    mean=(123.675, 116.28, 103.53),
+    std=(58.395, 57.12, 57.375),
+)
+
 # (expansion t, output channels c, repeats n, first stride s), as in the MobileNetV2 paper, table 2
 _INVERTED_RESIDUALS: tuple[tuple[int, int, int, int], ...] = (
     (1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1),
@@ -141,16 +150,7 @@ def mobilenet_v2_package(root: Path, seed: int = 0) -> Path:
         version="1.0",
         task=Task.CLASSIFICATION,
         description="MobileNetV2 1.0 224x224 with seeded random weights, for benchmarks",
-        inputs=(
-            InputSpec(
-                shape=(1, 3, 224, 224),
-                layout="NCHW",
-                color_order="RGB",
-                resize="stretch",
-                mean=(123.675, 116.28, 103.53),
-                std=(58.395, 57.12, 57.375),
-            ),
-        ),
+        inputs=(MOBILENET_V2_INPUT,),
         output_names=("logits",),
         decoder=DecoderSpec(name="classification", params={"top_k": 5}),
     )
