@@ -20,13 +20,38 @@ from edge_runtime.package.manifest import ModelFormat, Precision, Task
 
 @dataclass(frozen=True)
 class QuantizationSettings:
+    """How int8 variants are calibrated and quantized.
+
+    Weights default to 7 bits for the OpenVINO and ONNX Runtime variants (`full_range_weights` off).
+
+    x86 CPUs without VNNI or AMX (AVX2, and AVX-512 before Cascade Lake: most Atom, Celeron and older Core
+    boxes, and Ryzen before Zen 4) multiply unsigned 8-bit activations by signed 8-bit weights with
+    VPMADDUBSW, which adds each pair of products into a signed 16-bit lane and saturates there: 2 x 255 x 127
+    does not fit in 32,767. oneDNN (under OpenVINO) and MLAS (under ONNX Runtime) both use it on such CPUs,
+    while VNNI and AMX accumulate in 32 bits. So the same int8 model gives different outputs on the
+    workstation that converted it and on the box that runs it. With weights kept within 7 bits (NNCF's
+    overflow fix, ONNX Runtime's reduce_range) no pair can exceed 2 x 255 x 64 = 32,640, every CPU computes
+    the same integers, and the accuracy measured here holds on the box. LiteRT needs nothing of the kind:
+    XNNPACK and TFLite's kernels widen to 16 bits before multiplying, so they never saturate.
+    """
+
     subset_size: int = 300
     preset: str = "performance"  # or "mixed": asymmetric activations
     fast_bias_correction: bool = True
     ignored_scope: tuple[str, ...] = ()  # regular expressions matched at the start of node names
     max_drop: float = 0.01  # top-1 drop (fraction) that accuracy-controlled quantization may cost
     tflite_io: str = "int8"  # input/output type of full-integer TFLite variants: int8 or uint8
+    full_range_weights: bool = False
     seed: int = 0
+
+    def weight_range_note(self) -> str:
+        """What the report says about the int8 weight range of OpenVINO and ONNX variants."""
+        if self.full_range_weights:
+            return (
+                "8-bit weights in every layer (--full-range-weights): exact on CPUs with VNNI or AMX and on ARM, "
+                "but x86 CPUs without them can saturate and compute other results"
+            )
+        return "7-bit weights, which every CPU computes exactly (x86 without VNNI saturates on 8-bit weights)"
 
     def ignores(self, node_name: str) -> bool:
         return any(re.match(pattern, node_name) for pattern in self.ignored_scope)

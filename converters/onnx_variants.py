@@ -1,8 +1,9 @@
 """ONNX variants for ONNX Runtime: the fp32 model and a static int8 QDQ model.
 
 int8 is QDQ with signed 8-bit activations and weights, weights per channel: ONNX Runtime's
-documentation names S8S8 QDQ the first choice on CPU and the only form its GPU providers take, and
-unlike U8S8 it does not saturate on AVX2/AVX-512 CPUs without VNNI.
+documentation names S8S8 QDQ the first choice on CPU and the only form its GPU providers take. S8S8
+saturates on x86 without VNNI all the same (MLAS shifts the activations to unsigned and multiplies with
+VPMADDUBSW), so weights are kept to 7 bits unless asked otherwise: see `QuantizationSettings`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def build_int8(ctx: BuildContext) -> BuiltVariant:
     if ctx.calibration is None:
         raise VariantSkippedError("int8 needs calibration data: give --calibration")
     dest = ctx.variant_dir("onnx/int8") / "model.onnx"
-    notes = [f"ONNX Runtime static quantization, QDQ S8S8 per channel, MinMax on {len(ctx.calibration)} samples"]
+    notes = [
+        f"ONNX Runtime static quantization, QDQ S8S8 per channel, MinMax on {len(ctx.calibration)} samples",
+        ctx.settings.weight_range_note(),
+    ]
     with tempfile.TemporaryDirectory(prefix="edge-convert-") as scratch:
         prepared = _pre_process(source, Path(scratch) / "prepared.onnx", notes)
         names = _input_names(prepared)
@@ -57,6 +61,7 @@ def build_int8(ctx: BuildContext) -> BuiltVariant:
             activation_type=QuantType.QInt8,
             weight_type=QuantType.QInt8,
             per_channel=True,
+            reduce_range=not ctx.settings.full_range_weights,
             calibrate_method=CalibrationMethod.MinMax,
             nodes_to_exclude=excluded or None,
         )

@@ -2,7 +2,9 @@
 
 With a labelled validation set the int8 variant is quantized with accuracy control: NNCF reverts the
 layers that cost the most top-1 back to float until the drop is within `max_drop`, instead of
-shipping whatever the calibration happened to produce.
+shipping whatever the calibration happened to produce. Weights keep to 7 bits in every layer (NNCF's
+overflow fix, which NNCF applies to the first layer only by default) so that CPUs with and without VNNI
+compute the same integers: see `QuantizationSettings`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from converters.context import BuildContext, BuiltVariant, model_input, top1_hits
+from converters.context import BuildContext, BuiltVariant, QuantizationSettings, model_input, top1_hits
 from converters.errors import VariantSkippedError
 from converters.progress import step
 from edge_runtime.package.manifest import ModelFormat, Precision
@@ -43,7 +45,8 @@ def build_int8(ctx: BuildContext) -> BuiltVariant:
     }
     notes = [
         f"NNCF {nncf.__version__} post-training quantization: preset {settings.preset}, "
-        f"{common['subset_size']} calibration samples, fast bias correction {settings.fast_bias_correction}"
+        f"{common['subset_size']} calibration samples, fast bias correction {settings.fast_bias_correction}",
+        settings.weight_range_note(),
     ]
     if settings.ignored_scope:
         notes.append("kept in float: nodes matching " + ", ".join(settings.ignored_scope))
@@ -59,14 +62,23 @@ def build_int8(ctx: BuildContext) -> BuiltVariant:
             _validate_top1,
             max_drop=settings.max_drop,
             drop_type=nncf.DropType.ABSOLUTE,
+            advanced_quantization_parameters=advanced_parameters(settings),
             **common,
         )
         notes.append(f"accuracy control: max top-1 drop {settings.max_drop:.2%} on {len(items)} validation samples")
     else:
         step(f"openvino/int8: quantizing with NNCF ({common['subset_size']} calibration samples)")
-        quantized = nncf.quantize(model, calibration, **common)
+        quantized = nncf.quantize(model, calibration, advanced_parameters=advanced_parameters(settings), **common)
     built = _save(ctx, quantized, "openvino/int8", Precision.INT8, compress=False)
     return BuiltVariant(built.format, built.precision, built.files, tuple(notes))
+
+
+def advanced_parameters(settings: QuantizationSettings) -> Any:
+    """NNCF's overflow fix on every layer, or off when full-range weights are asked for."""
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
+
+    fix = OverflowFix.DISABLE if settings.full_range_weights else OverflowFix.ENABLE
+    return AdvancedQuantizationParameters(overflow_fix=fix)
 
 
 def float32_weights(model: Any) -> Any:

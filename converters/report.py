@@ -148,7 +148,8 @@ def markdown(report: ConversionReport) -> str:
         f"- Calibration: {report.calibration}",
         f"- Quantization: preset {s.preset}, subset size {s.subset_size}, fast bias correction "
         f"{s.fast_bias_correction}, ignored scope {', '.join(s.ignored_scope) or 'none'}, max drop "
-        f"{s.max_drop:g} (with a labelled validation set), seed {s.seed}",
+        f"{s.max_drop:g} (with a labelled validation set), seed {s.seed}; OpenVINO and ONNX int8: "
+        f"{s.weight_range_note()}",
         f"- Flag threshold: drop over {report.drop_threshold:g} points; speed measured for {report.bench_seconds:g} s "
         "per figure on this machine's CPU",
     ]

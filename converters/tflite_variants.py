@@ -12,6 +12,10 @@
   measured like the others, and its note says why its speed column trails tflite/int8. Its file is
   smaller than tflite/int8's only at high sparsity (the indices cost more than the zeros save at half).
 
+Integer weights use the full 8 bits here: XNNPACK and TFLite's built-in kernels widen int8 to 16 bits
+before multiplying, so they do not saturate on x86 without VNNI as oneDNN and MLAS can (see
+`QuantizationSettings`), and a TFLite int8 variant computes the same integers on every CPU.
+
 LiteRT marks quantization in the converter as deprecated in favour of ai-edge-quantizer; the converter
 still produces the same files, and it is the only route that also feeds the Edge TPU compiler.
 """

@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from broker import Mosquitto
+from int8_models import quantize_qdq, tiny_images
 from model_builders import build_tiny_classifier_onnx, convert_to_openvino_ir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,6 +39,13 @@ def tiny_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_int8_onnx(tiny_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny classifier quantized as edge-convert quantizes ONNX models, calibrated on 16 images."""
+    calibration = tiny_images(np.random.default_rng(7), 16)
+    return quantize_qdq(tiny_onnx, tmp_path_factory.mktemp("tiny_int8") / "tiny_int8.onnx", calibration)
+
+
+@pytest.fixture(scope="session")
 def tiny_openvino(tiny_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return convert_to_openvino_ir(tiny_onnx, tmp_path_factory.mktemp("tiny_ir") / "tiny.xml")
 
@@ -53,7 +61,7 @@ def tiny_variant_files(tiny_onnx: Path, tiny_openvino: Path, tmp_path_factory: p
     for folder in ("onnx/fp32", "onnx/int8", "openvino/fp32"):
         (root / folder).mkdir(parents=True)
     shutil.copy(tiny_onnx, root / "onnx/fp32/model.onnx")
-    quantize_dynamic(tiny_onnx, root / "onnx/int8/model.onnx", weight_type=QuantType.QInt8)
+    quantize_dynamic(tiny_onnx, root / "onnx/int8/model.onnx", weight_type=QuantType.QInt8, reduce_range=True)
     shutil.copy(tiny_openvino, root / "openvino/fp32/model.xml")
     shutil.copy(tiny_openvino.with_suffix(".bin"), root / "openvino/fp32/model.bin")
     return root

@@ -31,6 +31,14 @@ EDGETPU_USB_IDS = {"1a6e:089a": False, "18d1:9302": True}  # id -> firmware alre
 NPU_DRIVERS = frozenset({"intel_vpu"})
 
 
+# The ISA features that decide which int8 kernels a CPU backend runs, and with them which integers come
+# out: x86 without VNNI or AMX sums pairs of 8-bit products in 16 bits, which saturates on full-range
+# weights (see converters.context.QuantizationSettings); ARM's dot-product and i8mm kernels, like VNNI
+# and AMX, accumulate in 32 bits.
+INT8_FEATURES = frozenset({"avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx", "neon", "dotprod", "i8mm", "sve"})
+INT8_WIDE_ACCUMULATION = frozenset({"avx512_vnni", "avx_vnni", "amx"})
+
+
 @dataclass(frozen=True)
 class CpuInfo:
     arch: str  # normalised machine name: x86_64, aarch64, armv7l, riscv64, ...
@@ -39,6 +47,16 @@ class CpuInfo:
     physical_cores: int
     logical_cores: int
     flags: frozenset[str]  # normalised ISA features that matter for inference kernels
+
+    @property
+    def int8_features(self) -> tuple[str, ...]:
+        """The architecture and the features that choose its int8 kernels, e.g. ('x86_64', 'avx2')."""
+        return (self.arch, *sorted(self.flags & INT8_FEATURES))
+
+    @property
+    def int8_pairs_saturate(self) -> bool:
+        """Whether int8 kernels here add pairs of products in 16 bits (x86 without VNNI or AMX)."""
+        return self.arch in ("x86_64", "x86") and not self.flags & INT8_WIDE_ACCUMULATION
 
 
 @dataclass(frozen=True)

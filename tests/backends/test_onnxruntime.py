@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from int8_models import scale_of, tiny_images
 from model_builders import build_tiny_classifier_onnx
 from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto, helper, numpy_helper
@@ -51,11 +52,6 @@ def load(path: Path, **options: Any) -> OnnxRuntimeBackend:
     return backend
 
 
-def images(rng: np.random.Generator, count: int) -> np.ndarray:
-    """Images whose channels differ in brightness, so the classifier's outputs differ between them."""
-    return (rng.normal(0, 2, (count, 1, 3, 1, 1)) + rng.normal(0, 0.5, (count, 1, 3, 32, 32))).astype(np.float32)
-
-
 def numpy_classifier(model_path: Path, image: np.ndarray) -> np.ndarray:
     """The tiny classifier computed by hand: 3x3 conv (pad 1), relu, global average pool, gemm, softmax."""
     weights = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in onnx.load(model_path).graph.initializer}
@@ -65,29 +61,6 @@ def numpy_classifier(model_path: Path, image: np.ndarray) -> np.ndarray:
     logits = weights["fc_w"] @ np.maximum(conv, 0).mean(axis=(1, 2)) + weights["fc_b"]
     exp = np.exp(logits - logits.max())
     return (exp / exp.sum())[None, :]
-
-
-@pytest.fixture(scope="module")
-def int8_onnx(tiny_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    samples = iter({"image": image} for image in images(np.random.default_rng(7), 16))
-
-    class Reader(CalibrationDataReader):  # type: ignore[misc]
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(samples, None)
-
-    path = tmp_path_factory.mktemp("int8") / "tiny_int8.onnx"
-    quantize_static(
-        tiny_onnx,
-        path,
-        Reader(),
-        quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QInt8,
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-    )
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +93,7 @@ def test_tiny_model_loads_with_its_tensor_specs(tiny_onnx: Path) -> None:
 
 def test_outputs_match_a_hand_computed_reference(tiny_onnx: Path, rng: np.random.Generator) -> None:
     backend = load(tiny_onnx)
-    for image in images(rng, 4):
+    for image in tiny_images(rng, 4):
         (probabilities,) = backend.infer([image])
         assert probabilities.shape == (1, 10)
         np.testing.assert_allclose(probabilities, numpy_classifier(tiny_onnx, image), atol=1e-5)
@@ -131,7 +104,7 @@ def test_outputs_agree_with_openvino_on_the_same_file(tiny_onnx: Path, rng: np.r
 
     compiled = ov.Core().compile_model(str(tiny_onnx), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     backend = load(tiny_onnx)
-    for image in images(rng, 4):
+    for image in tiny_images(rng, 4):
         np.testing.assert_allclose(backend.infer([image])[0], compiled([image])[0], atol=1e-5)
 
 
@@ -201,7 +174,7 @@ def test_dynamic_batch_runs_batches_of_one_and_three(tmp_path: Path, rng: np.ran
     backend = load(build_tiny_classifier_onnx(tmp_path / "dynamic.onnx", batch="N"))
     assert backend.inputs[0].shape == (None, 3, 32, 32)
     assert backend.outputs[0].shape == (None, 10)
-    batch = np.concatenate(list(images(rng, 3)))
+    batch = np.concatenate(list(tiny_images(rng, 3)))
     (single,) = backend.infer([batch[:1]])
     (three,) = backend.infer([batch])
     assert single.shape == (1, 10) and three.shape == (3, 10)
@@ -210,37 +183,40 @@ def test_dynamic_batch_runs_batches_of_one_and_three(tmp_path: Path, rng: np.ran
 
 
 def test_int8_qdq_model_reports_int8_and_stays_close_to_fp32(
-    tiny_onnx: Path, int8_onnx: Path, rng: np.random.Generator
+    tiny_onnx: Path, tiny_int8_onnx: Path, rng: np.random.Generator
 ) -> None:
-    int8, fp32 = load(int8_onnx), load(tiny_onnx)
+    int8, fp32 = load(tiny_int8_onnx), load(tiny_onnx)
     assert int8.runs_on.precision == "int8"
     assert [(t.name, t.dtype) for t in int8.inputs] == [("image", "float32")]
-    batch = images(rng, 48)
+    batch = tiny_images(rng, 48)
     quantized = np.concatenate([int8.infer([image])[0] for image in batch])
     reference = np.concatenate([fp32.infer([image])[0] for image in batch])
     assert not np.array_equal(quantized, reference)
-    error = np.abs(quantized - reference)
-    assert error.mean() < 0.02
-    assert np.median(error.max(axis=1)) < 0.05  # images outside the 16 calibration samples' range clip
+    # The int8 result is the QDQ specification's on every CPU (test_int8_numerics), so how far it lies from
+    # fp32 is the model's and its calibration's doing: for a typical image, the rounding at the output's
+    # quantizer and what earlier steps pass on stays within two output steps. Images outside the 16
+    # calibration samples' range clip, hence the median.
+    step = scale_of(tiny_int8_onnx, "probabilities")
+    assert np.median(np.abs(quantized - reference).max(axis=1)) <= 2 * step
     assert (quantized.argmax(1) == reference.argmax(1)).mean() >= 0.9
 
 
-def test_model_precision_is_read_with_and_without_onnx(tiny_onnx: Path, int8_onnx: Path, fp16_onnx: Path) -> None:
-    assert inspect_model(int8_onnx) == ModelFacts(quantized=True, float16=False)
+def test_model_precision_is_read_with_and_without_onnx(tiny_onnx: Path, tiny_int8_onnx: Path, fp16_onnx: Path) -> None:
+    assert inspect_model(tiny_int8_onnx) == ModelFacts(quantized=True, float16=False)
     assert inspect_model(tiny_onnx) == ModelFacts(quantized=False, float16=False)
     assert inspect_model(fp16_onnx) == ModelFacts(quantized=False, float16=True)
-    assert scan_model_bytes(int8_onnx).quantized
+    assert scan_model_bytes(tiny_int8_onnx).quantized
     assert not scan_model_bytes(tiny_onnx).quantized
 
 
-def test_without_onnx_installed_the_int8_model_still_reports_int8(int8_onnx: Path) -> None:
+def test_without_onnx_installed_the_int8_model_still_reports_int8(tiny_int8_onnx: Path) -> None:
     script = (
         "import sys; sys.modules['onnx'] = None\n"
         "from pathlib import Path\n"
         "from edge_runtime.backends import load_backend\n"
         "from edge_runtime.backends.base import ModelSource\n"
         "from edge_runtime.package.manifest import ModelFormat, Precision\n"
-        f"src = ModelSource(Path({str(int8_onnx)!r}), ModelFormat.ONNX, Precision.INT8, 'int8', '')\n"
+        f"src = ModelSource(Path({str(tiny_int8_onnx)!r}), ModelFormat.ONNX, Precision.INT8, 'int8', '')\n"
         "print(load_backend('onnxruntime', src, {}).runs_on.precision)\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
@@ -256,10 +232,10 @@ def test_fp16_model_reports_fp16(fp16_onnx: Path) -> None:
 
 
 def test_running_lower_than_asked_is_refused_higher_only_warns(
-    tiny_onnx: Path, int8_onnx: Path, caplog: pytest.LogCaptureFixture
+    tiny_onnx: Path, tiny_int8_onnx: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with pytest.raises(BackendUnavailableError, match="runs at int8, lower than the fp32 asked for"):
-        load(int8_onnx, precision="fp32")
+        load(tiny_int8_onnx, precision="fp32")
     with caplog.at_level(logging.WARNING, logger="edge_runtime.backends.onnxruntime"):
         backend = load(tiny_onnx, precision="fp16")
     assert backend.runs_on.precision == "fp32"
@@ -269,7 +245,7 @@ def test_running_lower_than_asked_is_refused_higher_only_warns(
 def test_io_binding_path_gives_the_same_outputs(tiny_onnx: Path, rng: np.random.Generator) -> None:
     bound, plain = load(tiny_onnx, io_binding=True), load(tiny_onnx)
     assert bound.runs_on.details["io_binding"] == "on"
-    for image in images(rng, 3):
+    for image in tiny_images(rng, 3):
         np.testing.assert_array_equal(bound.infer([image])[0], plain.infer([image])[0])
 
 
@@ -278,7 +254,7 @@ def test_async_runner_returns_every_result_with_its_userdata(
     tiny_onnx: Path, rng: np.random.Generator, io_binding: bool
 ) -> None:
     backend = load(tiny_onnx, io_binding=io_binding)
-    batch = images(rng, 12)
+    batch = tiny_images(rng, 12)
     results: dict[int, np.ndarray] = {}
     lock = threading.Lock()
 

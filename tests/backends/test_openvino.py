@@ -47,31 +47,6 @@ def face_input(astronaut_bgr: np.ndarray) -> np.ndarray:
     return ((rgb - 127.5) / 127.5)[np.newaxis]
 
 
-@pytest.fixture(scope="module")
-def tiny_int8_onnx(tiny_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny classifier quantized to int8 QDQ by ONNX Runtime's static quantizer."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    class Calibration(CalibrationDataReader):
-        def __init__(self) -> None:
-            rng = np.random.default_rng(7)
-            self._batches = iter([{"image": rng.random((1, 3, 32, 32), dtype=np.float32)} for _ in range(8)])
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self._batches, None)
-
-    path = tmp_path_factory.mktemp("int8") / "tiny_int8.onnx"
-    quantize_static(
-        str(tiny_onnx),
-        str(path),
-        Calibration(),
-        quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QInt8,
-        weight_type=QuantType.QInt8,
-    )
-    return path
-
-
 def test_importing_the_backend_does_not_import_openvino() -> None:
     code = "import sys, edge_runtime.backends.openvino; print('openvino' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

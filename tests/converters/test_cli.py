@@ -116,9 +116,12 @@ def test_flags_become_options(tmp_path: Path) -> None:
             "openvino/int8, onnx/int8",
             "--preset",
             "mixed",
+            "--full-range-weights",
         ]
     )
     options = options_from(args)
+    assert options.settings.full_range_weights is True
+    assert options_from(build_parser().parse_args(["m.onnx", "-o", str(tmp_path)])).settings.full_range_weights is False
     assert options.input_flags.mean == (123.7, 116.3, 103.5)
     assert options.settings.fast_bias_correction is False
     assert options.settings.ignored_scope == (".*head.*", "Softmax.*")

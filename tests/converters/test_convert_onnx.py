@@ -167,3 +167,44 @@ def test_int8_without_calibration_is_skipped_and_synthetic_inputs_are_warned(tin
     assert rows["onnx/int8"].status == "skipped" and "--calibration" in rows["onnx/int8"].message
     assert rows["onnx/fp32"].status == "ok"
     assert any("synthetic inputs" in w for w in report.warnings)
+
+
+def int8_weight_range(variant_dir: Path) -> tuple[int, int]:
+    """The smallest and largest int8 weight stored in an OpenVINO IR or ONNX int8 variant."""
+    if (variant_dir / "model.xml").exists():
+        import openvino as ov
+
+        ops = ov.Core().read_model(variant_dir / "model.xml").get_ops()
+        arrays = [op.get_data() for op in ops if op.get_type_name() == "Constant"]
+    else:
+        import onnx
+        from onnx import numpy_helper
+
+        arrays = [numpy_helper.to_array(i) for i in onnx.load(variant_dir / "model.onnx").graph.initializer]
+    weights = np.concatenate([a.ravel().astype(np.int32) for a in arrays if a.dtype == np.int8 and a.size > 1])
+    return int(weights.min()), int(weights.max())
+
+
+def test_int8_weights_keep_to_seven_bits_so_every_cpu_computes_the_same(
+    tiny_conversion: tuple[ConversionReport, Path], tiny_onnx: Path, tiny_calibration: Path, tmp_path: Path
+) -> None:
+    _, out_dir = tiny_conversion
+    for variant_id in ("openvino/int8", "onnx/int8"):
+        low, high = int8_weight_range(out_dir / variant_id)
+        assert low >= -64 and high <= 64 and high - low >= 120, (variant_id, low, high)
+    assert "7-bit weights" in (out_dir / "report.md").read_text()
+    from converters.context import QuantizationSettings
+
+    options = ConvertOptions(
+        model=tiny_onnx,
+        out_dir=tmp_path / "out",
+        calibration=tiny_calibration,
+        settings=QuantizationSettings(full_range_weights=True),
+        variants=("openvino/int8", "onnx/int8"),
+        bench_seconds=0,
+    )
+    full = convert(options)
+    for variant_id in ("openvino/int8", "onnx/int8"):
+        low, high = int8_weight_range(tmp_path / "out" / variant_id)
+        assert low <= -127 and high == 127, (variant_id, low, high)
+    assert all(any("8-bit weights in every layer" in n for n in r.built.notes) for r in full.variants if r.built)
