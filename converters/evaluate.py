@@ -26,7 +26,7 @@ from edge_runtime.decoders.decoded import Detections
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.model import LoadedModel, load_model
 from edge_runtime.package.loader import ModelPackage, open_package
-from edge_runtime.package.manifest import DecoderSpec, ModelFormat
+from edge_runtime.package.manifest import DecoderSpec, MeasuredOn, ModelFormat
 
 # Keras and SavedModel sources are their own reference, run by TensorFlow (converters.tensorflow_models).
 REFERENCE_RUNTIME = {SourceKind.ONNX: "onnxruntime", SourceKind.TFLITE: "litert", SourceKind.OPENVINO: "openvino"}
@@ -69,6 +69,33 @@ def load_variant(package: ModelPackage, variant_id: str) -> LoadedModel:
     backend = RUNS_ON[variant.format.value]
     options = EDGETPU_OPTIONS if variant.target == "edgetpu" else {"device": "CPU"}
     return load_model(package, variant_id, backend, options)
+
+
+def this_machine() -> MeasuredOn:
+    """The CPU the figures are measured on, by the features that choose its int8 kernels."""
+    from edge_runtime.hardware.cpu import read_cpu
+
+    cpu = read_cpu(Path("/"))
+    return MeasuredOn(cpu=cpu.model, int8_features=cpu.int8_features)
+
+
+def probe_error(package: ModelPackage, model: LoadedModel) -> float | None:
+    """The variant's mean output error against the package's fp32 variant on the fidelity probe's inputs.
+
+    The probe's inputs are generated, so a box can measure the same figure again without the
+    evaluation data; None where the package has no fp32 variant to compare against.
+    """
+    from edge_runtime.errors import FidelityError
+    from edge_runtime.fidelity import compare, load_reference
+
+    try:
+        reference = load_reference(package, model.variant_id)
+    except FidelityError:
+        return None
+    try:
+        return compare(model, reference).mean_rel_error
+    finally:
+        reference.close()
 
 
 def run_outputs(model: LoadedModel, samples: Sequence[Sample]) -> RunOutputs:

@@ -35,7 +35,9 @@ from converters.evaluate import (
     load_reference,
     load_variant,
     measure_speed,
+    probe_error,
     run_outputs,
+    this_machine,
     weight_sparsity,
 )
 from converters.metrics import Accuracy, RunOutputs, accuracy, agreement, drop_of
@@ -151,6 +153,7 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
         evaluated_on=eval_set.origin,
         calibration=inputs.calibration.origin if inputs.calibration else "none",
         settings=options.settings,
+        measured_on=this_machine(),
         drop_threshold=options.drop_threshold,
         bench_seconds=options.bench_seconds,
         reference_accuracy=reference.accuracy,
@@ -163,7 +166,7 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
     for result in results:
         if result.status == "ok" and package is not None:
             evaluate_variant(package, result, reference, eval_set, options)
-    report.package_written = _write_manifest(options.out_dir, results, inputs.manifest_fields, options.drop_threshold)
+    report.package_written = _write_manifest(options.out_dir, results, inputs.manifest_fields, report)
     write_report(report, options.out_dir)
     return report
 
@@ -290,16 +293,19 @@ def build_variant(ctx: BuildContext, variant_id: str) -> VariantResult:
     return result
 
 
-def _variants(out_dir: Path, results: list[VariantResult], drop_threshold: float | None) -> dict[str, Variant]:
-    """Manifest entries of the built variants; with a threshold, each carries its accuracy and that threshold."""
+def _variants(out_dir: Path, results: list[VariantResult], report: ConversionReport | None) -> dict[str, Variant]:
+    """Manifest entries of the built variants; after evaluation (`report`), each measured one carries its accuracy,
+    the threshold it was judged by, and the CPU that measured it."""
     variants: dict[str, Variant] = {}
     for result in results:
         if result.status != "ok" or result.built is None:
             continue
         built = result.built
-        extra = {}
-        if drop_threshold is not None:
-            extra["accuracy"] = {**result.manifest_accuracy(), "drop_threshold": drop_threshold}
+        extra: dict[str, Any] = {}
+        if report is not None:
+            extra["accuracy"] = {**result.manifest_accuracy(), "drop_threshold": report.drop_threshold}
+            if result.agreement is not None:
+                extra["measured_on"] = report.measured_on
         variants[result.variant_id] = describe_variant(
             out_dir,
             built.files,
@@ -314,7 +320,7 @@ def _variants(out_dir: Path, results: list[VariantResult], drop_threshold: float
 
 def _package_in_memory(out_dir: Path, results: list[VariantResult], fields: dict[str, Any]) -> ModelPackage | None:
     """The package as it will be written, to load the variants through the runtime before the manifest exists."""
-    variants = _variants(out_dir, results, drop_threshold=None)
+    variants = _variants(out_dir, results, report=None)
     if not variants:
         return None
     manifest = Manifest(schema_version=SCHEMA_VERSION, variants=variants, **fields)
@@ -347,6 +353,8 @@ def evaluate_variant(
             reference.accuracy, result.accuracy, result.agreement, reference.detection, result.detection
         )
         result.flagged = result.drop.points > options.drop_threshold
+        if package.variant(result.variant_id).precision is Precision.INT8:
+            result.probe_error = probe_error(package, model)
         if options.bench_seconds > 0:
             result.speed = measure_speed(model, options.bench_seconds, options.settings.seed)
     except Exception as error:
@@ -356,8 +364,10 @@ def evaluate_variant(
         model.close()
 
 
-def _write_manifest(out_dir: Path, results: list[VariantResult], fields: dict[str, Any], drop_threshold: float) -> bool:
-    variants = _variants(out_dir, results, drop_threshold)
+def _write_manifest(
+    out_dir: Path, results: list[VariantResult], fields: dict[str, Any], report: ConversionReport
+) -> bool:
+    variants = _variants(out_dir, results, report)
     if not variants:
         return False
     write_package(out_dir, variants, **fields)

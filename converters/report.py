@@ -17,6 +17,7 @@ from converters.detection_metrics import DetectionAccuracy
 from converters.evaluate import Speed
 from converters.metrics import Accuracy, Agreement, Drop
 from converters.pruning import PruningSummary
+from edge_runtime.package.manifest import MeasuredOn
 
 REPORT_FILES = ("report.md", "report.json", "report.png")
 
@@ -34,6 +35,7 @@ class VariantResult:
     detection: DetectionAccuracy | None = None  # mAP@0.5 against annotated boxes
     drop: Drop | None = None
     speed: Speed | None = None
+    probe_error: float | None = None  # int8 only: mean output error against fp32 on the fidelity probe's inputs
     flagged: bool = False
 
     def fail(self, status: str, message: str) -> None:
@@ -54,6 +56,8 @@ class VariantResult:
                 values["top1_agreement_vs_fp32"] = round(self.agreement.top1_agreement, 6)
         if self.drop is not None:
             values["drop_points"] = round(self.drop.points, 4)
+        if self.probe_error is not None:
+            values["probe_error"] = round(self.probe_error, 6)
         return values
 
 
@@ -65,6 +69,7 @@ class ConversionReport:
     evaluated_on: str
     calibration: str
     settings: QuantizationSettings
+    measured_on: MeasuredOn
     drop_threshold: float
     bench_seconds: float
     reference_accuracy: Accuracy | None = None
@@ -76,6 +81,7 @@ class ConversionReport:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["measured_on"] = self.measured_on.model_dump(mode="json")
         if self.pruning is not None:
             data["pruning"]["overall_sparsity"] = self.pruning.overall
             for row, layer in zip(data["pruning"]["layers"], self.pruning.layers, strict=True):
@@ -152,6 +158,8 @@ def markdown(report: ConversionReport) -> str:
         f"{s.weight_range_note()}",
         f"- Flag threshold: drop over {report.drop_threshold:g} points; speed measured for {report.bench_seconds:g} s "
         "per figure on this machine's CPU",
+        f"- Measured on: {report.measured_on.cpu} (int8 features: {' '.join(report.measured_on.int8_features)}); "
+        "a box whose int8 features differ checks each int8 variant against fp32 before it trusts these figures",
     ]
     if report.reference_accuracy is not None:
         ref = report.reference_accuracy
@@ -172,6 +180,12 @@ def markdown(report: ConversionReport) -> str:
     drops = {r.drop.metric for r in report.variants if r.drop is not None}
     lines += ["", "Drop: " + "; ".join(sorted(drops)) if drops else "Drop: not measured", ""]
     notes = [f"- `{r.variant_id}`: {note}" for r in report.variants if r.built for note in r.built.notes]
+    notes += [
+        f"- `{r.variant_id}`: mean output error against fp32 on the fidelity probe's inputs {100 * r.probe_error:.3g}% "
+        "of the output range, the figure a box with other int8 features measures again"
+        for r in report.variants
+        if r.probe_error is not None
+    ]
     if notes:
         lines += ["## Notes", "", *notes, ""]
     if detection:

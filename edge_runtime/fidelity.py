@@ -33,6 +33,7 @@ class OutputError:
     max_abs_error: float
     mean_abs_error: float
     max_rel_error: float  # max_abs_error / value range of the reference output
+    mean_rel_error: float  # mean_abs_error / the same range
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,17 @@ class FidelityReport:
         return max((o.max_rel_error for o in self.outputs), default=0.0)
 
     @property
+    def mean_rel_error(self) -> float:
+        """The mean error of the output that is off the most on average, as a fraction of its range."""
+        return max((o.mean_rel_error for o in self.outputs), default=0.0)
+
+    @property
     def passed(self) -> bool:
         return self.max_rel_error <= self.tolerance
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data.update(max_rel_error=self.max_rel_error, passed=self.passed)
+        data.update(max_rel_error=self.max_rel_error, mean_rel_error=self.mean_rel_error, passed=self.passed)
         return data
 
     def raise_if_failed(self) -> None:
@@ -131,6 +137,7 @@ def compare(
                 max_abs_error=float(diff.max()),
                 mean_abs_error=float(diff.mean()),
                 max_rel_error=float(diff.max()) / value_range,
+                mean_rel_error=float(diff.mean()) / value_range,
             )
         )
     return FidelityReport(candidate.label, reference.label, samples, tolerance, errors)

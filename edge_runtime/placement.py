@@ -17,6 +17,7 @@ from typing import Any
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.hardware import detect
 from edge_runtime.hardware.facts import Hardware
+from edge_runtime.int8_check import Int8Checks
 from edge_runtime.model import LoadedModel, load_model
 from edge_runtime.package.loader import ModelPackage
 from edge_runtime.profiles import ProfileMatch, load_profiles, match_profile
@@ -48,8 +49,10 @@ def default_state_dir() -> Path:
 def select_for(
     package: ModelPackage, box: Box, overrides: Overrides | None = None, state_dir: Path | None = None
 ) -> Selection:
+    """The selection for this box; an int8 variant for the CPU is checked here first where its CPU differed."""
     stored = load_stored_choice(state_dir, model_key(package)) if state_dir is not None else None
-    return select(package, box.hardware, profile=box.match.profile, overrides=overrides, stored=stored)
+    check = Int8Checks(state_dir, box.hardware.cpu)
+    return select(package, box.hardware, profile=box.match.profile, overrides=overrides, stored=stored, check=check)
 
 
 def load_candidate(

@@ -10,7 +10,9 @@ passes, every backend is tried on the CPU as a last resort, and the selection sa
 
 A variant the converter flagged "do not ship" (its recorded accuracy drop beyond the recorded
 threshold) is passed over for the next variant or choice, with the drop as the reason; only a user
-who names that variant (`--variant`, or `model.variant` in a pipeline) gets it, with a warning.
+who names that variant (`--variant`, or `model.variant` in a pipeline) gets it, with a warning. The
+same holds for a variant refused by the `check` given to `select` (the int8 check on this box's CPU,
+`edge_runtime.int8_check`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from edge_runtime.hardware.usable import device_display_name, device_problem, li
 from edge_runtime.package.loader import ModelPackage
 from edge_runtime.package.manifest import Precision, describe_validation_error
 from edge_runtime.profiles import DEFAULT_VARIANTS, BackendKey, Choice, DeviceProfile
-from edge_runtime.variant_pick import VariantPick, accuracy_refusal, pick_variant
+from edge_runtime.variant_pick import VariantCheck, VariantPick, accuracy_refusal, pick_variant
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +180,7 @@ class _Context:
     package: ModelPackage
     hardware: Hardware
     statuses: Mapping[str, BackendStatus]
+    check: VariantCheck | None
 
 
 def select(
@@ -187,9 +190,10 @@ def select(
     profile: DeviceProfile | None = None,
     overrides: Overrides | None = None,
     stored: StoredChoice | None = None,
+    check: VariantCheck | None = None,
 ) -> Selection:
     """Rank the ways to run `package` here; `statuses` default to those detection recorded."""
-    context = _Context(package, hardware, hardware.libraries if statuses is None else statuses)
+    context = _Context(package, hardware, hardware.libraries if statuses is None else statuses, check)
     overrides = overrides or Overrides()
     planned: list[tuple[Origin, Choice]] = [("stored", stored.choice)] if stored else []
     planned += [("profile", choice) for choice in (profile.choices if profile else ())]
@@ -237,7 +241,7 @@ def _consider(origin: Origin, choice: Choice, overrides: Overrides, context: _Co
         problem = device_problem(*where, status, context.hardware)
     pick = VariantPick(None, problem)
     if problem is None:
-        pick = pick_variant(context.package, choice, context.hardware, overrides.variant)
+        pick = pick_variant(context.package, choice, context.hardware, overrides.variant, context.check)
         problem = pick.problem
     if problem is not None or status is None:
         if origin == "stored":

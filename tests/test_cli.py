@@ -39,6 +39,7 @@ def test_probe_of_a_fixture_box_explains_the_missing_npu(face_package_dir: Path,
     assert "Profile: intel-core-ultra-npu" in result.stdout
     assert "openvino NPU fp16" in result.stdout and "OpenVINO does not list device NPU" in result.stdout
     assert "/dev/accel/accel0" in result.stdout
+    assert "int8       x86_64 avx2 avx_vnni: int8 products accumulate in 32 bits" in result.stdout
 
 
 def test_bench_json_measures_and_compares(face_package_dir: Path, tmp_path: Path) -> None:

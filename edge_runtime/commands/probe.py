@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from edge_runtime.hardware.facts import Hardware
+from edge_runtime.hardware.facts import CpuInfo, Hardware
 from edge_runtime.package.loader import open_package
 from edge_runtime.placement import Box, default_state_dir, look_at_box, select_for
 from edge_runtime.selection import Selection
@@ -54,12 +54,19 @@ def render(box: Box, selection: Selection | None) -> str:
     return "\n".join(lines)
 
 
+def int8_accumulation(cpu: CpuInfo) -> str:
+    if cpu.int8_pairs_saturate:
+        return "int8 products add in pairs of 16 bits (8-bit weights can saturate; 7-bit ones cannot)"
+    return "int8 products accumulate in 32 bits"
+
+
 def hardware_lines(hardware: Hardware) -> list[tuple[str, str]]:
     cpu = hardware.cpu
     flags = " ".join(sorted(cpu.flags)) or "none of note"
     rows = [
         ("CPU", f"{cpu.model} ({cpu.arch}), {cpu.physical_cores} cores / {cpu.logical_cores} threads"),
         ("ISA", flags),
+        ("int8", f"{' '.join(cpu.int8_features)}: {int8_accumulation(cpu)}"),
         ("Board", hardware.board_model or hardware.system or "-"),
         ("iGPU", ", ".join(f"{n.path} ({n.vendor or 'unknown'})" for n in hardware.render_nodes) or "none"),
         ("NPU", ", ".join(f"{a.path} ({a.driver or 'driver unknown'})" for a in hardware.accel_devices) or "none"),

@@ -164,12 +164,26 @@ def _figure(value: float) -> str:
     return text[:-1] if text.endswith("0") else text
 
 
+class MeasuredOn(Strict):
+    """The CPU that measured a variant's accuracy, by the features that choose its int8 kernels.
+
+    An int8 variant can compute other integers on a CPU whose int8 features differ (x86 without VNNI
+    saturates where VNNI does not), so a box with other features checks the variant before trusting
+    its recorded accuracy.
+    """
+
+    cpu: str
+    int8_features: tuple[str, ...] = Field(min_length=1)  # the architecture first, e.g. (x86_64, avx2)
+
+
 class Variant(Strict):
     """One file set of the model: a format at a precision, possibly sparse or compiled for a target.
 
     `accuracy` holds what the converter measured; `drop_points` (what conversion cost, in the points of the
     first of mAP@0.5, top-1, class agreement or output error that was measured) and `drop_threshold` (the
-    most it was allowed to cost) decide whether selection passes the variant over.
+    most it was allowed to cost) decide whether selection passes the variant over. For int8 variants,
+    `probe_error` is the mean output error against the fp32 variant on the fidelity probe's inputs, as a
+    fraction of the output range: the figure a box measures again when its CPU differs from `measured_on`.
     """
 
     format: ModelFormat
@@ -178,6 +192,7 @@ class Variant(Strict):
     sparsity: float = Field(default=0.0, ge=0.0, le=1.0)
     target: Literal["edgetpu"] | None = None
     accuracy: dict[str, float] = Field(default_factory=dict)
+    measured_on: MeasuredOn | None = None
     size_bytes: int | None = Field(default=None, ge=0)
 
     @field_validator("accuracy")

@@ -208,3 +208,21 @@ def test_int8_weights_keep_to_seven_bits_so_every_cpu_computes_the_same(
         low, high = int8_weight_range(tmp_path / "out" / variant_id)
         assert low <= -127 and high == 127, (variant_id, low, high)
     assert all(any("8-bit weights in every layer" in n for n in r.built.notes) for r in full.variants if r.built)
+
+
+def test_each_measured_variant_records_the_cpu_that_measured_it(tiny_conversion: tuple[ConversionReport, Path]) -> None:
+    from edge_runtime.hardware.cpu import read_cpu
+
+    _, out_dir = tiny_conversion
+    cpu = read_cpu(Path("/"))
+    variants = open_package(out_dir).manifest.variants
+    for variant_id in ALL:
+        measured_on = variants[variant_id].measured_on
+        assert measured_on is not None and measured_on.int8_features == cpu.int8_features
+        assert measured_on.cpu == cpu.model
+    data = json.loads((out_dir / "report.json").read_text())
+    assert data["measured_on"]["int8_features"] == list(cpu.int8_features)
+    assert " ".join(cpu.int8_features) in (out_dir / "report.md").read_text()
+    for variant_id in ("openvino/int8", "onnx/int8"):  # the probe's frames lie far outside the calibration range
+        assert 0 < variants[variant_id].accuracy["probe_error"] < 1
+    assert "probe_error" not in variants["onnx/fp32"].accuracy

@@ -120,7 +120,12 @@ def test_report_states_the_sparsity_reached_per_layer(tmp_path: Path) -> None:
     pruning = PruningSummary(
         0.5, "global", (LayerSparsity("conv/kernel", 100, 20), LayerSparsity("dense/kernel", 300, 190)), epochs=2
     )
-    report = ConversionReport("demo", "keras model demo.keras", "ref", "x", "none", QuantizationSettings(), 1.0, 0.0)
+    from edge_runtime.package.manifest import MeasuredOn
+
+    machine = MeasuredOn(cpu="AMD EPYC", int8_features=("x86_64", "avx2"))
+    report = ConversionReport(
+        "demo", "keras model demo.keras", "ref", "x", "none", QuantizationSettings(), machine, 1.0, 0
+    )
     report.pruning = pruning
     text = markdown(report)
     assert "reached 52.5% overall" in text

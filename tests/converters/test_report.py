@@ -11,7 +11,7 @@ from converters.evaluate import Speed
 from converters.metrics import Accuracy, Agreement, Drop, OutputAgreement
 from converters.report import ConversionReport, VariantResult, markdown, verdict, write_report
 from edge_runtime.benchmark import LatencyStats, ThroughputStats
-from edge_runtime.package.manifest import ModelFormat, Precision
+from edge_runtime.package.manifest import MeasuredOn, ModelFormat, Precision
 
 
 def _result(variant_id: str, drop: float, flagged: bool, size: int) -> VariantResult:
@@ -39,6 +39,7 @@ def _report() -> ConversionReport:
         evaluated_on="100 samples",
         calibration="100 samples",
         settings=QuantizationSettings(),
+        measured_on=MeasuredOn(cpu="Intel(R) Xeon(R) Platinum 8480+", int8_features=("x86_64", "amx", "avx2")),
         drop_threshold=1.0,
         bench_seconds=1.0,
         reference_accuracy=Accuracy(0.9, 0.99),
@@ -65,6 +66,15 @@ def test_markdown_has_one_row_per_variant_with_the_figures() -> None:
     assert "broken \\| pipe" in rows[2]  # a pipe in a message must not split the table row
     assert "Reference accuracy: top-1 90.00%, top-5 99.00%" in text
     assert "- few samples" in text and "- `openvino/fp32`: a note" in text
+    assert "- Measured on: Intel(R) Xeon(R) Platinum 8480+ (int8 features: x86_64 amx avx2)" in text
+
+
+def test_the_probe_error_of_int8_variants_is_reported_and_recorded() -> None:
+    report = _report()
+    report.variants[1].probe_error = 0.012345
+    assert "`openvino/int8`: mean output error against fp32 on the fidelity probe's inputs 1.23%" in markdown(report)
+    assert report.variants[1].manifest_accuracy()["probe_error"] == 0.012345
+    assert "probe_error" not in report.variants[0].manifest_accuracy()
 
 
 def test_written_files(tmp_path: Path) -> None:
@@ -74,6 +84,7 @@ def test_written_files(tmp_path: Path) -> None:
     assert data["variants"][1]["flagged"] is True
     assert data["variants"][1]["agreement"]["cosine"] == 0.998
     assert data["variants"][0]["files"] == ["openvino/fp32/model.xml"]
+    assert data["measured_on"] == {"cpu": "Intel(R) Xeon(R) Platinum 8480+", "int8_features": ["x86_64", "amx", "avx2"]}
     assert (tmp_path / "report.png").read_bytes().startswith(b"\x89PNG")
     assert "# Conversion report: demo" in (tmp_path / "report.md").read_text()
 

@@ -60,6 +60,26 @@ def test_cpu_and_facts_of_each_box(
     assert json.loads(json.dumps(hardware.to_dict()))["facts"] == sorted(facts)
 
 
+@pytest.mark.parametrize(
+    ("name", "int8_features", "saturates"),
+    [
+        ("ryzen-desktop", ("x86_64", "avx2"), True),
+        ("nvr-coral-pcie", ("x86_64",), True),
+        ("intel-nuc-core-ultra", ("x86_64", "avx2", "avx_vnni"), False),
+        ("intel-nuc-igpu", ("x86_64", "avx2", "avx512_vnni", "avx512f"), False),
+        ("xeon-nvidia-l4", ("x86_64", "amx", "avx2", "avx512_vnni", "avx512f", "avx_vnni"), False),
+        ("raspberry-pi-4", ("aarch64", "neon"), False),
+        ("raspberry-pi-5", ("aarch64", "dotprod", "neon"), False),
+    ],
+)
+def test_int8_features_name_what_chooses_the_int8_kernels(
+    name: str, int8_features: tuple[str, ...], saturates: bool
+) -> None:
+    cpu = detect_devices(box(name)).cpu
+    assert cpu.int8_features == int8_features
+    assert cpu.int8_pairs_saturate is saturates
+
+
 def test_raspberry_pi_5_board_and_its_non_pci_gpu() -> None:
     hardware = detect_devices(box("raspberry-pi-5"))
     assert hardware.board_model == "Raspberry Pi 5 Model B Rev 1.0"
