@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
-from edge_runtime.benchmark import bench_feed, measure_latency, measure_throughput
-from edge_runtime.model import load_model
+from edge_runtime.measure.benchmark import bench_feed, measure_latency, measure_throughput
 from edge_runtime.package.loader import open_package
+from edge_runtime.placement.model import load_model
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = {

@@ -23,13 +23,13 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.base import Decoder
-from edge_runtime.model import LoadedModel, load_model
 from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.publisher import Publisher
 from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.mqtt.spool import Spool
 from edge_runtime.package.loader import open_package
-from edge_runtime.pipeline import Pipeline, PublishPolicy
+from edge_runtime.pipeline.streaming import Pipeline, PublishPolicy
+from edge_runtime.placement.model import LoadedModel, load_model
 from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceConfig
 
 VARIANT = "openvino/fp32"

@@ -43,9 +43,9 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 from edge_runtime.package.loader import open_package
-from edge_runtime.pipeline import Pipeline, PublishPolicy
-from edge_runtime.preprocess import ImagePreprocessor
-from edge_runtime.results import ModelInfo, RuntimeInfo, StageLatency, build_result, encode
+from edge_runtime.pipeline.preprocess import ImagePreprocessor
+from edge_runtime.pipeline.results import ModelInfo, RuntimeInfo, StageLatency, build_result, encode
+from edge_runtime.pipeline.streaming import Pipeline, PublishPolicy
 from edge_runtime.sources import make_source
 from edge_runtime.sources.configs import FileSource
 

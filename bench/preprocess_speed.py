@@ -19,7 +19,7 @@ from models import FACE_PACKAGE, MOBILENET_V2_INPUT, camera_frame
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.package.loader import open_package
 from edge_runtime.package.manifest import InputSpec
-from edge_runtime.preprocess import ImagePreprocessor
+from edge_runtime.pipeline.preprocess import ImagePreprocessor
 
 
 def best_us(call: Callable[[], object], number: int, repeats: int) -> float:

@@ -6,7 +6,7 @@ The model is Keras's MobileNetV2 (224×224, 1000 classes) with seeded random wei
 `edge-convert` into openvino/fp32, openvino/int8 (NNCF), tflite/fp32 and tflite/int8 (full integer);
 see quantized_package.py. The package is kept in bench/.cache/, so later runs measure without converting.
 
-Every variant runs through the runtime's own backends and `edge_runtime.benchmark`, as `edge-runtime
+Every variant runs through the runtime's own backends and `edge_runtime.measure.benchmark`, as `edge-runtime
 bench` does: synchronous latency under the latency hint, asynchronous throughput under the throughput
 hint. FP32 and INT8 alternate within every round, in reversed order every other round, so that drift of
 a shared machine affects both alike; medians over the rounds are reported. OpenVINO's float precision
@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from edge_runtime.backends.host import cpu_name
-from edge_runtime.benchmark import bench_feed, measure_latency, measure_throughput
-from edge_runtime.model import load_model
+from edge_runtime.measure.benchmark import bench_feed, measure_latency, measure_throughput
 from edge_runtime.package.loader import open_package
+from edge_runtime.placement.model import load_model
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))

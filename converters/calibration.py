@@ -19,7 +19,7 @@ from converters.errors import ConversionError
 from converters.progress import Warnings, step
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.package.manifest import InputSpec
-from edge_runtime.preprocess import FrameTransform, ImagePreprocessor
+from edge_runtime.pipeline.preprocess import FrameTransform, ImagePreprocessor
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm"})
 RECOMMENDED_SAMPLES = 300
@@ -222,7 +222,7 @@ def _split(arrays: list[np.ndarray], indices: list[int]) -> list[Sample]:
 
 def synthetic_samples(specs: Sequence[InputSpec], count: int, seed: int) -> SampleSet:
     """Stand-in inputs when no data is given: photo-like frames for image inputs, normal noise otherwise."""
-    from edge_runtime.fidelity import synthetic_frames
+    from edge_runtime.measure.fidelity import synthetic_frames
 
     rng = np.random.default_rng(seed)
     per_input: list[list[np.ndarray]] = []

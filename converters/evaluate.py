@@ -1,6 +1,6 @@
 """Running the reference and each variant through the runtime's own backends, and measuring them.
 
-Everything goes through `edge_runtime.model.load_model`, the path a deployed package takes, so a
+Everything goes through `edge_runtime.placement.model.load_model`, the path a deployed package takes, so a
 variant that passes here loads and runs the same way on a box. The reference is the source model on
 its own runtime (ONNX Runtime, LiteRT, OpenVINO), so a conversion error shows up in the fp32 variants.
 """
@@ -21,12 +21,18 @@ from converters.progress import Warnings, step
 from converters.sources import SourceKind, SourceModel
 from converters.variants import RUNS_ON
 from edge_runtime.backends.base import TensorSpec
-from edge_runtime.benchmark import LatencyStats, ThroughputStats, bench_feed, measure_latency, measure_throughput
 from edge_runtime.decoders.decoded import Detections
 from edge_runtime.errors import EdgeRuntimeError
-from edge_runtime.model import LoadedModel, load_model
+from edge_runtime.measure.benchmark import (
+    LatencyStats,
+    ThroughputStats,
+    bench_feed,
+    measure_latency,
+    measure_throughput,
+)
 from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.manifest import DecoderSpec, MeasuredOn, ModelFormat
+from edge_runtime.placement.model import LoadedModel, load_model
 
 # Keras and SavedModel sources are their own reference, run by TensorFlow (converters.tensorflow_models).
 REFERENCE_RUNTIME = {SourceKind.ONNX: "onnxruntime", SourceKind.TFLITE: "litert", SourceKind.OPENVINO: "openvino"}
@@ -86,7 +92,7 @@ def probe_error(package: ModelPackage, model: LoadedModel) -> float | None:
     evaluation data; None where the package has no fp32 variant to compare against.
     """
     from edge_runtime.errors import FidelityError
-    from edge_runtime.fidelity import compare, load_reference
+    from edge_runtime.measure.fidelity import compare, load_reference
 
     try:
         reference = load_reference(package, model.variant_id)

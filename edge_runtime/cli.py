@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_check_config(args)
         if args.command == "run":
-            from edge_runtime.daemon import run_daemon
+            from edge_runtime.service.daemon import run_daemon
 
             return run_daemon(args)
         from edge_runtime.commands.bench import run_bench

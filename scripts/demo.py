@@ -128,8 +128,8 @@ def run_locally() -> int:
     """No broker: the same source, model and decoder, with results printed instead of published."""
     from edge_runtime.decoders import make_decoder
     from edge_runtime.package.loader import open_package
-    from edge_runtime.pipeline import Pipeline, PublishPolicy
-    from edge_runtime.placement import load_selected, look_at_box, select_for
+    from edge_runtime.pipeline.streaming import Pipeline, PublishPolicy
+    from edge_runtime.placement.loading import load_selected, look_at_box, select_for
     from edge_runtime.sources import make_source
     from edge_runtime.sources.configs import FileSource
 

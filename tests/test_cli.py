@@ -110,7 +110,7 @@ def test_corrupt_package_is_refused_with_its_file(face_package_dir: Path, tmp_pa
 
 def test_importing_the_package_and_cli_loads_no_backend_library() -> None:
     code = (
-        "import sys, edge_runtime, edge_runtime.cli, edge_runtime.placement, edge_runtime.commands.bench;"
+        "import sys, edge_runtime, edge_runtime.cli, edge_runtime.placement.loading, edge_runtime.commands.bench;"
         "print([m for m in ('openvino', 'onnxruntime', 'ai_edge_litert', 'tflite_runtime') if m in sys.modules])"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

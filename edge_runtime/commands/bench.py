@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from edge_runtime.backends.base import RunsOn
-from edge_runtime.benchmark import Measurement, Progress, bench_feed, measure_latency, measure_throughput
 from edge_runtime.errors import EdgeRuntimeError
-from edge_runtime.fidelity import DEFAULT_TOLERANCE, FidelityReport, compare, load_reference
 from edge_runtime.hardware.facts import Hardware
-from edge_runtime.model import LoadedModel
+from edge_runtime.measure.benchmark import Measurement, Progress, bench_feed, measure_latency, measure_throughput
+from edge_runtime.measure.fidelity import DEFAULT_TOLERANCE, FidelityReport, compare, load_reference
 from edge_runtime.package.loader import ModelPackage, open_package
-from edge_runtime.placement import Box, default_state_dir, load_candidate, look_at_box, select_for
-from edge_runtime.profiles import BACKEND_FORMATS, Choice, DeviceProfile
-from edge_runtime.selection import Candidate, Overrides, model_key, select, store_choice
+from edge_runtime.placement.loading import Box, default_state_dir, load_candidate, look_at_box, select_for
+from edge_runtime.placement.model import LoadedModel
+from edge_runtime.placement.profiles import BACKEND_FORMATS, Choice, DeviceProfile
+from edge_runtime.placement.selection import Candidate, Overrides, model_key, select, store_choice
 
 
 @dataclass

@@ -8,8 +8,8 @@ from typing import Any
 
 from edge_runtime.hardware.facts import CpuInfo, Hardware
 from edge_runtime.package.loader import open_package
-from edge_runtime.placement import Box, default_state_dir, look_at_box, select_for
-from edge_runtime.selection import Selection
+from edge_runtime.placement.loading import Box, default_state_dir, look_at_box, select_for
+from edge_runtime.placement.selection import Selection
 
 
 def run_probe(args: argparse.Namespace) -> int:

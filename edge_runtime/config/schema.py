@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.package.manifest import DecoderSpec, InputSpec, Precision
-from edge_runtime.profiles import BACKEND_FORMATS, BackendKey
+from edge_runtime.placement.profiles import BACKEND_FORMATS, BackendKey
 from edge_runtime.sources.configs import AnySource, CameraConfig, SensorConfig
 
 TOPIC_UNSAFE = frozenset("/+#")

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.decoders.decoded import Decoded, Detection, Detections
 from edge_runtime.errors import ConfigError, ModelMismatchError
-from edge_runtime.preprocess import FrameTransform
+from edge_runtime.pipeline.preprocess import FrameTransform
 
 __all__ = [
     "Decoded",

@@ -20,7 +20,7 @@ from edge_runtime.backends.base import TensorSpec
 from edge_runtime.decoders.base import Decoder, DecoderParams, dequantize, label_for, select_output
 from edge_runtime.decoders.decoded import Classifications, ClassScore
 from edge_runtime.errors import ModelMismatchError
-from edge_runtime.preprocess import FrameTransform
+from edge_runtime.pipeline.preprocess import FrameTransform
 
 _SUM_TOLERANCE = 0.02
 

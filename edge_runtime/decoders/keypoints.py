@@ -20,7 +20,7 @@ from edge_runtime.decoders.base import Decoder, DecoderParams, dequantize, label
 from edge_runtime.decoders.classification import sigmoid
 from edge_runtime.decoders.decoded import Keypoint, Keypoints
 from edge_runtime.errors import ConfigError, ModelMismatchError
-from edge_runtime.preprocess import FrameTransform
+from edge_runtime.pipeline.preprocess import FrameTransform
 
 
 class KeypointParams(DecoderParams):

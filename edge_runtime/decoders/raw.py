@@ -17,7 +17,7 @@ from pydantic import Field
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.decoders.base import Decoder, DecoderParams, dequantize
 from edge_runtime.decoders.decoded import RawOutputs, RawTensor
-from edge_runtime.preprocess import FrameTransform
+from edge_runtime.pipeline.preprocess import FrameTransform
 
 
 class RawParams(DecoderParams):

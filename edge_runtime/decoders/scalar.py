@@ -19,7 +19,7 @@ from edge_runtime.backends.base import TensorSpec
 from edge_runtime.decoders.base import Decoder, DecoderParams, dequantize, select_output
 from edge_runtime.decoders.decoded import Anomaly, Regression
 from edge_runtime.errors import ModelMismatchError
-from edge_runtime.preprocess import FrameTransform
+from edge_runtime.pipeline.preprocess import FrameTransform
 
 
 class AnomalyParams(DecoderParams):

@@ -17,7 +17,7 @@ from pydantic import Field
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.decoders.base import Decoder, DecoderParams, Detection, Detections, dequantize, label_for
 from edge_runtime.errors import ModelMismatchError
-from edge_runtime.preprocess import FrameTransform
+from edge_runtime.pipeline.preprocess import FrameTransform
 
 
 class SsdAnchorParams(DecoderParams):

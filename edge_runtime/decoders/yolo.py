@@ -30,7 +30,7 @@ from edge_runtime.decoders.base import (
     select_output,
 )
 from edge_runtime.errors import ModelMismatchError
-from edge_runtime.preprocess import FrameTransform
+from edge_runtime.pipeline.preprocess import FrameTransform
 
 _NORMALISED_LIMIT = 2.0  # box values at most this large are read as fractions of the input, not pixels
 

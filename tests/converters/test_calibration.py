@@ -13,7 +13,7 @@ from converters.errors import ConversionError
 from converters.progress import Warnings
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.package.manifest import InputSpec
-from edge_runtime.preprocess import ImagePreprocessor
+from edge_runtime.pipeline.preprocess import ImagePreprocessor
 
 NCHW = InputSpec(shape=(1, 3, 32, 32), layout="NCHW", color_order="RGB", mean=(127.5,), std=(127.5,))
 NAMES = ["image"]

@@ -17,9 +17,9 @@ from converters.cli import main
 from converters.pipeline import convert
 from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.decoded import Detections
-from edge_runtime.model import load_model
 from edge_runtime.package.loader import open_package
-from edge_runtime.preprocess import ImagePreprocessor
+from edge_runtime.pipeline.preprocess import ImagePreprocessor
+from edge_runtime.placement.model import load_model
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,9 @@ from converters.pruning import PruneOptions
 from converters.report import ConversionReport
 from converters.tflite_variants import SPARSE_INT8_KERNELS
 from converters.variants import TENSORFLOW_VARIANTS
-from edge_runtime.model import load_model
 from edge_runtime.package.loader import open_package
 from edge_runtime.package.manifest import ModelFormat, Precision, Task
+from edge_runtime.placement.model import load_model
 
 BUILT = ("openvino/fp32", "openvino/fp16", "openvino/int8", "tflite/fp32", "tflite/fp16", "tflite/dynamic_int8")
 BUILT += ("tflite/int8", "onnx/fp32", "onnx/int8")

@@ -11,9 +11,9 @@ import pytest
 from converters.pipeline import ConvertOptions, convert
 from converters.report import ConversionReport
 from converters.variants import DEFAULT_VARIANTS
-from edge_runtime.model import load_model
 from edge_runtime.package.loader import open_package, sha256_of
 from edge_runtime.package.manifest import Precision, Task
+from edge_runtime.placement.model import load_model
 
 ALL = ("openvino/fp32", "openvino/fp16", "openvino/int8", "onnx/fp32", "onnx/int8")
 

@@ -13,10 +13,10 @@ from converters.describe import InputFlags
 from converters.pipeline import ConvertOptions, convert
 from converters.report import ConversionReport
 from edge_runtime.backends.base import TensorSpec
-from edge_runtime.model import load_model
 from edge_runtime.package.loader import open_package
 from edge_runtime.package.manifest import InputSpec, Task
-from edge_runtime.preprocess import ImagePreprocessor
+from edge_runtime.pipeline.preprocess import ImagePreprocessor
+from edge_runtime.placement.model import load_model
 
 FACE_SPEC = InputSpec(
     shape=(1, 128, 128, 3), layout="NHWC", color_order="RGB", resize="letterbox", mean=(127.5,), std=(127.5,)

@@ -18,8 +18,8 @@ from converters.errors import ConversionError
 from converters.pipeline import ConvertOptions, convert
 from converters.pytorch_source import export_program, export_torchscript, require_operators_only
 from converters.sources import SourceKind, detect_source
-from edge_runtime.model import load_model
 from edge_runtime.package.loader import open_package
+from edge_runtime.placement.model import load_model
 
 SHAPE = (1, 3, 16, 16)
 

@@ -10,7 +10,7 @@ from converters.detection_metrics import DetectionAccuracy
 from converters.evaluate import Speed
 from converters.metrics import Accuracy, Agreement, Drop, OutputAgreement
 from converters.report import ConversionReport, VariantResult, markdown, verdict, write_report
-from edge_runtime.benchmark import LatencyStats, ThroughputStats
+from edge_runtime.measure.benchmark import LatencyStats, ThroughputStats
 from edge_runtime.package.manifest import MeasuredOn, ModelFormat, Precision
 
 

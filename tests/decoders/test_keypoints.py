@@ -7,7 +7,7 @@ from edge_runtime.backends.base import Quantization, TensorSpec
 from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.decoded import Keypoints
 from edge_runtime.errors import ConfigError, ModelMismatchError
-from edge_runtime.preprocess import FrameTransform
+from edge_runtime.pipeline.preprocess import FrameTransform
 
 NAMES = ("nose", "left_eye", "right_eye")
 # a 64x64 model input fed a 128x128 picture: source pixels = model pixels x 2

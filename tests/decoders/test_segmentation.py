@@ -9,7 +9,7 @@ from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.decoded import Segmentation
 from edge_runtime.errors import ConfigError, ModelMismatchError
 from edge_runtime.package.manifest import InputSpec
-from edge_runtime.preprocess import FrameTransform, ImagePreprocessor
+from edge_runtime.pipeline.preprocess import FrameTransform, ImagePreprocessor
 
 LABELS = ("background", "person", "car")
 IDENTITY = FrameTransform(4, 4, 1.0, 1.0, 0.0, 0.0, 4, 4)

@@ -11,7 +11,7 @@ from edge_runtime.decoders.decoded import Detections
 from edge_runtime.decoders.ssd_anchors import SsdAnchorParams, generate_anchors
 from edge_runtime.errors import ConfigError, ModelMismatchError
 from edge_runtime.package.loader import open_package
-from edge_runtime.preprocess import FrameTransform, ImagePreprocessor
+from edge_runtime.pipeline.preprocess import FrameTransform, ImagePreprocessor
 
 
 def test_blazeface_anchor_layout(face_package_dir: Path) -> None:

@@ -8,7 +8,7 @@ from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.decoded import Detections
 from edge_runtime.errors import ConfigError, ModelMismatchError
 from edge_runtime.package.manifest import InputSpec
-from edge_runtime.preprocess import FrameTransform, ImagePreprocessor
+from edge_runtime.pipeline.preprocess import FrameTransform, ImagePreprocessor
 
 LABELS = ("person", "car", "dog")
 

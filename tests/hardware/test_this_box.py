@@ -60,7 +60,7 @@ def test_library_probe_lists_openvino_cpu_with_capabilities() -> None:
 
 def test_detection_imports_no_backend_library() -> None:
     code = (
-        "import sys; import edge_runtime.hardware, edge_runtime.profiles, edge_runtime.selection; "
+        "import sys; import edge_runtime.hardware, edge_runtime.placement.profiles, edge_runtime.placement.selection; "
         "from edge_runtime.hardware import detect_devices; detect_devices('/'); "
         "loaded = [m for m in ('openvino', 'onnxruntime', 'ai_edge_litert') if m in sys.modules]; "
         "print(','.join(loaded))"

@@ -15,7 +15,7 @@ import yaml
 from edge_runtime.backends import backend_class, make_options
 from edge_runtime.errors import ConfigError
 from edge_runtime.hardware import detect_devices
-from edge_runtime.profiles import (
+from edge_runtime.placement.profiles import (
     BACKEND_FORMATS,
     DeviceProfile,
     builtin_profiles,
@@ -24,7 +24,7 @@ from edge_runtime.profiles import (
     parse_profile,
 )
 
-BOXES = Path(__file__).resolve().parent / "fixtures" / "boxes"
+BOXES = Path(__file__).resolve().parents[1] / "fixtures" / "boxes"
 SHIPPED = {
     "generic-x86-cpu", "generic-arm-cpu", "intel-igpu", "intel-core-ultra-npu", "raspberry-pi-4",
     "raspberry-pi-5", "coral-usb", "coral-pcie", "jetson-orin", "nvidia-dgpu",
@@ -43,7 +43,7 @@ def test_builtin_profiles_come_from_the_installed_package() -> None:
 def test_profiles_load_from_any_working_directory(tmp_path: Path) -> None:
     code = (
         "import json\n"
-        "from edge_runtime.profiles import load_profiles\n"
+        "from edge_runtime.placement.profiles import load_profiles\n"
         "print(json.dumps([p.name for p in load_profiles(include_system=False)]))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
@@ -235,7 +235,7 @@ def test_choice_label_and_options() -> None:
 
 
 def test_system_profile_directory_is_read_when_present(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import edge_runtime.profiles as profiles_module
+    import edge_runtime.placement.profiles as profiles_module
 
     monkeypatch.setattr(profiles_module, "SYSTEM_PROFILE_DIR", tmp_path / "etc-profiles")
     assert {p.name for p in load_profiles()} == {p.name for p in builtin_profiles()}

@@ -17,11 +17,11 @@ from typing import Any
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.hardware import detect
 from edge_runtime.hardware.facts import Hardware
-from edge_runtime.int8_check import Int8Checks
-from edge_runtime.model import LoadedModel, load_model
+from edge_runtime.measure.int8_check import Int8Checks
 from edge_runtime.package.loader import ModelPackage
-from edge_runtime.profiles import ProfileMatch, load_profiles, match_profile
-from edge_runtime.selection import Candidate, Overrides, Selection, load_stored_choice, model_key, select
+from edge_runtime.placement.model import LoadedModel, load_model
+from edge_runtime.placement.profiles import ProfileMatch, load_profiles, match_profile
+from edge_runtime.placement.selection import Candidate, Overrides, Selection, load_stored_choice, model_key, select
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def load_selected(
 
 
 def _check_fidelity(package: ModelPackage, model: LoadedModel, tolerance: float) -> None:
-    from edge_runtime.fidelity import compare, load_reference
+    from edge_runtime.measure.fidelity import compare, load_reference
 
     reference = load_reference(package, model.variant_id)
     try:

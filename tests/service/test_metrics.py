@@ -3,7 +3,7 @@ from __future__ import annotations
 import socket
 import urllib.request
 
-from edge_runtime.metrics import serve_metrics
+from edge_runtime.service.metrics import serve_metrics
 
 
 def _free_port() -> int:

@@ -31,8 +31,8 @@ from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.hardware.facts import CpuInfo
 from edge_runtime.package.loader import ModelPackage
 from edge_runtime.package.manifest import DEFAULT_DROP_THRESHOLD, Precision, Variant
-from edge_runtime.profiles import Choice
-from edge_runtime.variant_pick import CheckOutcome
+from edge_runtime.placement.profiles import Choice
+from edge_runtime.placement.variant_pick import CheckOutcome
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +136,8 @@ class Int8Checks:
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
     def _measure(self, package: ModelPackage, variant_id: str, choice: Choice) -> Measurement | None:
-        from edge_runtime.fidelity import compare, load_reference
-        from edge_runtime.model import load_model
+        from edge_runtime.measure.fidelity import compare, load_reference
+        from edge_runtime.placement.model import load_model
 
         box = self.cpu.int8_features
         log.info("model %s: checking %s on this CPU (%s) against fp32", package.name, variant_id, " ".join(box))

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from edge_runtime.backends import backend_class
 from edge_runtime.config import ModelConfig
-from edge_runtime.model import LoadedModel
 from edge_runtime.package.loader import open_package
-from edge_runtime.placement import Box, load_selected, select_for
-from edge_runtime.selection import Overrides, Selection
+from edge_runtime.placement.loading import Box, load_selected, select_for
+from edge_runtime.placement.model import LoadedModel
+from edge_runtime.placement.selection import Overrides, Selection
 
 log = logging.getLogger(__name__)
 

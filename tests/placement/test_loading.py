@@ -7,8 +7,8 @@ import pytest
 
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.package.loader import open_package
-from edge_runtime.placement import default_state_dir, load_selected, look_at_box, select_for
-from edge_runtime.selection import Overrides
+from edge_runtime.placement.loading import default_state_dir, load_selected, look_at_box, select_for
+from edge_runtime.placement.selection import Overrides
 
 
 def test_this_box_loads_the_face_detector_on_its_first_choice(face_package_dir: Path) -> None:

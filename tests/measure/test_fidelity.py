@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 
 from edge_runtime.errors import ConfigError, FidelityError
-from edge_runtime.fidelity import compare, synthetic_frames
-from edge_runtime.model import load_model
+from edge_runtime.measure.fidelity import compare, synthetic_frames
 from edge_runtime.package.loader import open_package
+from edge_runtime.placement.model import load_model
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "models"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "models"
 
 
 def test_same_model_on_another_backend_passes(face_package_dir: Path) -> None:

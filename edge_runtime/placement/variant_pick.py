@@ -15,7 +15,7 @@ from typing import NamedTuple, Protocol
 from edge_runtime.hardware.facts import Hardware
 from edge_runtime.package.loader import ModelPackage
 from edge_runtime.package.manifest import Precision, Variant
-from edge_runtime.profiles import BACKEND_FORMATS, Choice
+from edge_runtime.placement.profiles import BACKEND_FORMATS, Choice
 
 
 def precision_fits(variant: Precision, asked: Precision | None) -> bool:

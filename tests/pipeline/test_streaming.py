@@ -20,10 +20,10 @@ import pytest
 
 from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.base import Decoder
-from edge_runtime.model import LoadedModel, load_model
 from edge_runtime.package.loader import open_package
-from edge_runtime.pipeline import Pipeline, PublishPolicy
-from edge_runtime.results import result_schema
+from edge_runtime.pipeline.results import result_schema
+from edge_runtime.pipeline.streaming import Pipeline, PublishPolicy
+from edge_runtime.placement.model import LoadedModel, load_model
 from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceConfig
 
 RESULT_TOPIC = "edge/box/faces/result"

@@ -3,8 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from edge_runtime.config import ModelConfig
-from edge_runtime.model_pool import ModelPool
-from edge_runtime.placement import look_at_box
+from edge_runtime.placement.loading import look_at_box
+from edge_runtime.placement.model_pool import ModelPool
 
 
 def hint_of(pool: ModelPool, user: str, config: ModelConfig, unpaced: bool) -> str:

@@ -25,19 +25,19 @@ from typing import Any
 from edge_runtime.config import DaemonConfig, PipelineConfig, diff_pipelines, load_config
 from edge_runtime.decoders import make_decoder
 from edge_runtime.errors import EdgeRuntimeError
-from edge_runtime.metrics import serve_metrics
-from edge_runtime.model_pool import ModelPool
 from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.publisher import Publisher
 from edge_runtime.mqtt.spool import Spool
-from edge_runtime.pipeline import Pipeline, PublishPolicy
-from edge_runtime.placement import Box, look_at_box
+from edge_runtime.pipeline.streaming import Pipeline, PublishPolicy
+from edge_runtime.placement.loading import Box, look_at_box
+from edge_runtime.placement.model_pool import ModelPool
+from edge_runtime.service.metrics import serve_metrics
 from edge_runtime.service.notify import SystemdNotifier
+from edge_runtime.service.stats import RateMeter, snapshot_dict
 from edge_runtime.service.watchdog import ProgressWatchdog
 from edge_runtime.sources import make_source
 from edge_runtime.sources.base import SourceContext
 from edge_runtime.sources.reconnect import mask_url
-from edge_runtime.stats import RateMeter, snapshot_dict
 
 log = logging.getLogger("edge_runtime")
 

@@ -19,7 +19,7 @@ from waiting import wait_for
 
 from edge_runtime.package.manifest import ModelFormat, Precision
 from edge_runtime.package.writer import describe_variant, write_package
-from edge_runtime.results import result_schema
+from edge_runtime.pipeline.results import result_schema
 
 RESULT_TOPIC = "edge/test-box/faces/result"
 

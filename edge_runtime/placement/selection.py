@@ -12,7 +12,7 @@ A variant the converter flagged "do not ship" (its recorded accuracy drop beyond
 threshold) is passed over for the next variant or choice, with the drop as the reason; only a user
 who names that variant (`--variant`, or `model.variant` in a pipeline) gets it, with a warning. The
 same holds for a variant refused by the `check` given to `select` (the int8 check on this box's CPU,
-`edge_runtime.int8_check`).
+`edge_runtime.measure.int8_check`).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from edge_runtime.hardware.facts import FACT_MISSING, Fact, Hardware
 from edge_runtime.hardware.usable import device_display_name, device_problem, library_problem
 from edge_runtime.package.loader import ModelPackage
 from edge_runtime.package.manifest import Precision, describe_validation_error
-from edge_runtime.profiles import DEFAULT_VARIANTS, BackendKey, Choice, DeviceProfile
-from edge_runtime.variant_pick import VariantCheck, VariantPick, accuracy_refusal, pick_variant
+from edge_runtime.placement.profiles import DEFAULT_VARIANTS, BackendKey, Choice, DeviceProfile
+from edge_runtime.placement.variant_pick import VariantCheck, VariantPick, accuracy_refusal, pick_variant
 
 log = logging.getLogger(__name__)
 

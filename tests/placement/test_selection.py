@@ -23,8 +23,8 @@ from edge_runtime.hardware import Hardware, OpenVinoDevice, detect_devices, prob
 from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.manifest import ModelFormat, Precision, Variant
 from edge_runtime.package.writer import describe_variant, write_package
-from edge_runtime.profiles import DeviceProfile, load_profiles, parse_profile
-from edge_runtime.selection import (
+from edge_runtime.placement.profiles import DeviceProfile, load_profiles, parse_profile
+from edge_runtime.placement.selection import (
     STORE_FILE,
     Overrides,
     Selection,
@@ -34,7 +34,7 @@ from edge_runtime.selection import (
     store_choice,
 )
 
-BOXES = Path(__file__).resolve().parent / "fixtures" / "boxes"
+BOXES = Path(__file__).resolve().parents[1] / "fixtures" / "boxes"
 Statuses = dict[str, BackendStatus]
 
 
@@ -607,6 +607,6 @@ def test_profile_choice_identical_to_the_stored_one_is_not_listed_twice(
     ],
 )
 def test_precision_asked_is_that_of_the_float_arithmetic(variant: str, asked: str | None, fits: bool) -> None:
-    from edge_runtime.variant_pick import precision_fits
+    from edge_runtime.placement.variant_pick import precision_fits
 
     assert precision_fits(Precision(variant), Precision(asked) if asked else None) is fits

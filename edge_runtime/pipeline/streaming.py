@@ -25,12 +25,12 @@ import numpy as np
 from edge_runtime.backends.base import AsyncRunner, Outputs
 from edge_runtime.decoders.base import Decoder
 from edge_runtime.decoders.decoded import Decoded, Segmentation
-from edge_runtime.model import LoadedModel
 from edge_runtime.package.manifest import InputSpec
-from edge_runtime.preprocess import FrameTransform, ImagePreprocessor, WindowPreprocessor
-from edge_runtime.results import ModelInfo, RuntimeInfo, StageLatency, build_result, encode, result_topic
+from edge_runtime.pipeline.preprocess import FrameTransform, ImagePreprocessor, WindowPreprocessor
+from edge_runtime.pipeline.results import ModelInfo, RuntimeInfo, StageLatency, build_result, encode, result_topic
+from edge_runtime.placement.model import LoadedModel
+from edge_runtime.service.stats import PipelineStats
 from edge_runtime.sources.base import EndOfSource, Frame, Item, Source
-from edge_runtime.stats import PipelineStats
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from edge_runtime.fidelity import feed_for, synthetic_frames
-from edge_runtime.model import LoadedModel
+from edge_runtime.measure.fidelity import feed_for, synthetic_frames
+from edge_runtime.placement.model import LoadedModel
 
 ProgressFn = Callable[[str, float], None]
 

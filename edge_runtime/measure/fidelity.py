@@ -18,10 +18,10 @@ import numpy as np
 
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.errors import FidelityError
-from edge_runtime.model import LoadedModel, load_model
 from edge_runtime.package.loader import ModelPackage
 from edge_runtime.package.manifest import ModelFormat, Precision
-from edge_runtime.preprocess import ImagePreprocessor
+from edge_runtime.pipeline.preprocess import ImagePreprocessor
+from edge_runtime.placement.model import LoadedModel, load_model
 
 DEFAULT_TOLERANCE = 0.02  # of the reference output's value range
 REFERENCE_BACKEND = {ModelFormat.OPENVINO: "openvino", ModelFormat.TFLITE: "litert", ModelFormat.ONNX: "onnxruntime"}

@@ -3,9 +3,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from edge_runtime.benchmark import LatencyStats, Progress, bench_feed, measure_latency, measure_throughput
-from edge_runtime.model import load_model
+from edge_runtime.measure.benchmark import LatencyStats, Progress, bench_feed, measure_latency, measure_throughput
 from edge_runtime.package.loader import open_package
+from edge_runtime.placement.model import load_model
 
 
 def test_latency_percentiles_from_durations() -> None:

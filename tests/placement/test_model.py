@@ -9,11 +9,11 @@ import yaml
 
 from edge_runtime.decoders import make_decoder
 from edge_runtime.errors import ModelIntegrityError, ModelLoadError, ModelMismatchError
-from edge_runtime.model import load_model
 from edge_runtime.package.loader import open_package
 from edge_runtime.package.manifest import ModelFormat, Precision
 from edge_runtime.package.writer import describe_variant, write_package
-from edge_runtime.preprocess import ImagePreprocessor
+from edge_runtime.pipeline.preprocess import ImagePreprocessor
+from edge_runtime.placement.model import load_model
 
 
 @pytest.mark.parametrize(

@@ -19,12 +19,12 @@ from edge_runtime.hardware import Hardware, detect_devices, probe_backend_librar
 from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.manifest import ModelFormat, Precision
 from edge_runtime.package.writer import describe_variant, write_package
-from edge_runtime.placement import load_selected, look_at_box, select_for
-from edge_runtime.profiles import DeviceProfile, load_profiles, parse_profile
-from edge_runtime.selection import Overrides, Selection, load_stored_choice, model_key, select, store_choice
+from edge_runtime.placement.loading import load_selected, look_at_box, select_for
+from edge_runtime.placement.profiles import DeviceProfile, load_profiles, parse_profile
+from edge_runtime.placement.selection import Overrides, Selection, load_stored_choice, model_key, select, store_choice
 
 MakePackage = Callable[..., ModelPackage]
-BOXES = Path(__file__).resolve().parent / "fixtures" / "boxes"
+BOXES = Path(__file__).resolve().parents[1] / "fixtures" / "boxes"
 LOST = "lost 3.2 points of top-1 in conversion (threshold 1.0)"
 FLAGGED = {"top1": 0.62, "top1_agreement_vs_fp32": 0.95, "drop_points": 3.2, "drop_threshold": 1.0}
 FINE = {"top1": 0.652, "top1_agreement_vs_fp32": 1.0, "drop_points": 0.0, "drop_threshold": 1.0}
@@ -122,7 +122,7 @@ def select_flagged_naming(
     caplog: pytest.LogCaptureFixture,
 ) -> Selection:
     """Selection for the package whose onnx/int8 lost accuracy, with `variant` named; warnings are captured."""
-    with caplog.at_level(logging.WARNING, logger="edge_runtime.selection"):
+    with caplog.at_level(logging.WARNING, logger="edge_runtime.placement.selection"):
         return select(make_package(FLAGGED), ryzen(), statuses, generic, Overrides(variant=variant))
 
 
@@ -197,7 +197,7 @@ def test_this_box_loads_a_pinned_flagged_variant_and_otherwise_another(
     model, candidate = load_selected(package, select_for(package, box))
     assert candidate.variant_id != "onnx/int8" and model.variant_id == candidate.variant_id
     model.close()
-    with caplog.at_level(logging.WARNING, logger="edge_runtime.selection"):
+    with caplog.at_level(logging.WARNING, logger="edge_runtime.placement.selection"):
         model, candidate = load_selected(package, select_for(package, box, Overrides(variant="onnx/int8")))
     assert model.variant_id == "onnx/int8"
     assert any("running variant onnx/int8 as requested" in record.getMessage() for record in caplog.records)

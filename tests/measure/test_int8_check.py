@@ -17,13 +17,13 @@ from onnx import numpy_helper
 from converters.evaluate import probe_error
 from edge_runtime.hardware.cpu import read_cpu
 from edge_runtime.hardware.facts import CpuInfo
-from edge_runtime.int8_check import CHECKS_FILE, Int8Checks
-from edge_runtime.model import load_model
+from edge_runtime.measure.int8_check import CHECKS_FILE, Int8Checks
 from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.manifest import InputSpec, MeasuredOn, ModelFormat, Precision, Task
 from edge_runtime.package.writer import describe_variant, write_package
-from edge_runtime.placement import look_at_box, select_for
-from edge_runtime.profiles import Choice
+from edge_runtime.placement.loading import look_at_box, select_for
+from edge_runtime.placement.model import load_model
+from edge_runtime.placement.profiles import Choice
 
 THIS_CPU = read_cpu(Path("/"))
 OTHER_FEATURES = ("x86_64", "avx2", "avx512_vnni", "avx512f")
@@ -159,7 +159,7 @@ def test_the_stored_measurement_is_reused_for_this_box_only(
 def test_an_unreadable_store_is_measured_again(
     tiny_onnx: Path, tiny_int8_onnx: Path, good_probe: float, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="edge_runtime.int8_check")
+    caplog.set_level(logging.WARNING, logger="edge_runtime.measure.int8_check")
     package = write_tiny_package(tmp_path / "pkg", tiny_onnx, tiny_int8_onnx, OTHER_FEATURES, good_probe)
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / CHECKS_FILE).write_text("{not json")

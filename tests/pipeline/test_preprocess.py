@@ -10,7 +10,7 @@ from edge_runtime.package.manifest import InputSpec
 
 
 def make(spec: InputSpec, dtype: str = "float32", quantization: Quantization | None = None):  # type: ignore[no-untyped-def]
-    from edge_runtime.preprocess import ImagePreprocessor
+    from edge_runtime.pipeline.preprocess import ImagePreprocessor
 
     return ImagePreprocessor(spec, TensorSpec("x", spec.shape, dtype, quantization))
 
@@ -102,7 +102,7 @@ def test_non_image_input_is_refused() -> None:
     ],
 )
 def test_sensor_windows_follow_the_layout(layout: str, shape: tuple[int, ...], expected: list[object]) -> None:
-    from edge_runtime.preprocess import WindowPreprocessor
+    from edge_runtime.pipeline.preprocess import WindowPreprocessor
 
     spec = InputSpec(shape=shape, layout=layout)  # type: ignore[arg-type]
     pre = WindowPreprocessor(spec, TensorSpec("x", shape, "float32"))
@@ -111,7 +111,7 @@ def test_sensor_windows_follow_the_layout(layout: str, shape: tuple[int, ...], e
 
 
 def test_sensor_window_quantized_and_wrong_length() -> None:
-    from edge_runtime.preprocess import WindowPreprocessor
+    from edge_runtime.pipeline.preprocess import WindowPreprocessor
 
     spec = InputSpec(shape=(1, 3, 1), layout="NTC", mean=(1.0,), std=(2.0,))
     pre = WindowPreprocessor(spec, TensorSpec("x", spec.shape, "int8", Quantization(scale=0.5, zero_point=10)))
