@@ -47,7 +47,7 @@ from edge_runtime.pipeline.preprocess import ImagePreprocessor
 from edge_runtime.pipeline.results import ModelInfo, RuntimeInfo, StageLatency, build_result, encode
 from edge_runtime.pipeline.streaming import Pipeline, PublishPolicy
 from edge_runtime.sources import make_source
-from edge_runtime.sources.configs import FileSource
+from edge_runtime.sources.configs import FileSourceConfig
 
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
@@ -173,7 +173,7 @@ def video_pipelined(daemon: Daemon, clip: Path, frames: int, hint: str) -> float
     model = load(FACE_PACKAGE, hint)
     try:
         acked, started = daemon.acked, time.perf_counter()
-        pipeline = daemon.run(model, make_source(FileSource(type="file", path=clip, policy="every"), "clip"))
+        pipeline = daemon.run(model, make_source(FileSourceConfig(type="file", path=clip, policy="every"), "clip"))
         if not pipeline.finished.wait(300):
             raise SystemExit("the clip did not finish within 300 s")
         daemon.finish(pipeline)

@@ -153,7 +153,7 @@ def tflite_execution(model_file: Path, threads: int) -> str:
     LiteRT lists every original op and, after them, one DELEGATE node per XNNPACK partition, whose
     inputs are what the partition reads from outside; the ops between them are what XNNPACK runs.
     """
-    from edge_runtime.backends.litert_interpreter import interpreter_library
+    from edge_runtime.backends.litert.interpreter import interpreter_library
 
     interpreter = interpreter_library().create(None, threads, True, model_path=str(model_file))
     interpreter.allocate_tensors()

@@ -19,8 +19,9 @@ from pydantic import ValidationError
 from converters.errors import ConversionError
 from converters.sources import SourceModel
 from edge_runtime.backends.base import TensorSpec
+from edge_runtime.config.base import describe_validation_error
 from edge_runtime.errors import EdgeRuntimeError
-from edge_runtime.package.manifest import DecoderSpec, InputSpec, Task, describe_validation_error
+from edge_runtime.package.manifest import DecoderSpec, InputSpec, Task
 
 _MANIFEST_DTYPES = ("float32", "float16", "uint8", "int8", "int32", "int64")
 
@@ -41,7 +42,7 @@ class InputFlags:
 
 def model_tensors(source: SourceModel) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """The source's input and output tensors as OpenVINO reads them (every supported format goes through it)."""
-    from edge_runtime.backends.openvino import tensor_specs
+    from edge_runtime.backends.openvino.backend import tensor_specs
 
     model = source.openvino_model()
     return tensor_specs(model.inputs, "input"), tensor_specs(model.outputs, "output")

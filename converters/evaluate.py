@@ -18,8 +18,8 @@ from converters.detection_metrics import Box, DetectionAccuracy, mean_average_pr
 from converters.errors import ConversionError
 from converters.metrics import RunOutputs
 from converters.progress import Warnings, step
-from converters.sources import SourceKind, SourceModel
-from converters.variants import RUNS_ON
+from converters.sources import SourceModel
+from edge_runtime.backends import backend_for_format
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.decoders.decoded import Detections
 from edge_runtime.errors import EdgeRuntimeError
@@ -34,8 +34,6 @@ from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.manifest import DecoderSpec, MeasuredOn, ModelFormat
 from edge_runtime.placement.model import LoadedModel, load_model
 
-# Keras and SavedModel sources are their own reference, run by TensorFlow (converters.tensorflow_models).
-REFERENCE_RUNTIME = {SourceKind.ONNX: "onnxruntime", SourceKind.TFLITE: "litert", SourceKind.OPENVINO: "openvino"}
 EDGETPU_OPTIONS = {"delegate": "edgetpu", "fallback": []}
 _MIN_WEIGHT_SIZE = 16
 
@@ -56,23 +54,25 @@ def load_reference(source: SourceModel, warnings: Warnings) -> LoadedModel:
 
     Where the format's own runtime is missing on this workstation, OpenVINO (which reads every
     supported format) runs it instead, with a warning: the fp32 variants are then compared against
-    the same reader that produced them.
+    the same reader that produced them. Keras and SavedModel sources are their own reference, run by
+    TensorFlow (converters.tensorflow_models).
     """
     package = open_package(source.path)
     variant_id = next(iter(package.manifest.variants))
+    runtime = backend_for_format(package.variant(variant_id).format)
     try:
-        return load_model(package, variant_id, REFERENCE_RUNTIME[source.kind])
+        return load_model(package, variant_id, runtime)
     except EdgeRuntimeError as error:
-        if REFERENCE_RUNTIME[source.kind] == "openvino":
+        if runtime == "openvino":
             raise
-        warnings.add(f"the reference runs on OpenVINO: {REFERENCE_RUNTIME[source.kind]} cannot run it ({error})")
+        warnings.add(f"the reference runs on OpenVINO: {runtime} cannot run it ({error})")
         return load_model(package, variant_id, "openvino")
 
 
 def load_variant(package: ModelPackage, variant_id: str) -> LoadedModel:
     """The variant on this machine's CPU; Edge TPU variants run only on an attached Edge TPU."""
     variant = package.variant(variant_id)
-    backend = RUNS_ON[variant.format.value]
+    backend = backend_for_format(variant.format)
     options = EDGETPU_OPTIONS if variant.target == "edgetpu" else {"device": "CPU"}
     return load_model(package, variant_id, backend, options)
 

@@ -46,7 +46,7 @@ from converters.pruning import PruneOptions, check_prunable, check_prune_options
 from converters.pytorch_source import open_model
 from converters.report import REPORT_FILES, ConversionReport, VariantResult, write_report
 from converters.sources import SourceModel, first_line
-from converters.variants import BUILDERS, RUNS_ON, check_variant_ids, default_variants
+from converters.variants import BUILDERS, check_variant_ids, default_variants
 from edge_runtime.errors import BackendUnavailableError
 from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.manifest import (
@@ -56,6 +56,7 @@ from edge_runtime.package.manifest import (
     DecoderSpec,
     InputSpec,
     Manifest,
+    ModelFormat,
     Precision,
     Task,
     Variant,
@@ -253,7 +254,11 @@ def _default_name(path: Path) -> str:
     """The file's name, or for packaged files (`face/tflite/fp32/model.tflite`) the package folder's name."""
     if path.stem != "model":
         return path.stem
-    layout_folders = {*RUNS_ON, *(p.value for p in Precision), *(vid.split("/")[1] for vid in BUILDERS)}
+    layout_folders = {
+        *(f.value for f in ModelFormat),
+        *(p.value for p in Precision),
+        *(vid.split("/")[1] for vid in BUILDERS),
+    }
     folder = next((p.name for p in path.resolve().parents if p.name not in layout_folders), "")
     return folder or path.stem
 

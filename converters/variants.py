@@ -24,7 +24,6 @@ BUILDERS: dict[str, Builder] = {
 # ONNX, OpenVINO IR and TFLite sources: the TFLite converter needs the TensorFlow model.
 DEFAULT_VARIANTS = ("openvino/fp32", "openvino/fp16", "openvino/int8", "onnx/fp32", "onnx/int8")
 TENSORFLOW_VARIANTS = tuple(BUILDERS)
-RUNS_ON = {"openvino": "openvino", "onnx": "onnxruntime", "tflite": "litert"}
 
 
 def default_variants(kind: SourceKind) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from edge_runtime import __version__
-from edge_runtime.backends import backend_keys
+from edge_runtime.backends import BACKENDS
 from edge_runtime.errors import EdgeRuntimeError
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure latency, throughput and fidelity of a model")
     bench.add_argument("model", type=Path, help="model package directory or model file")
-    bench.add_argument("--backend", choices=backend_keys(), help="only this backend")
+    bench.add_argument("--backend", choices=list(BACKENDS), help="only this backend")
     bench.add_argument("--device", help="only this device, e.g. CPU, GPU, NPU, CUDA")
     bench.add_argument("--precision", choices=PRECISIONS, help="run at this precision")
     bench.add_argument("--variant", help="only this variant of the package, e.g. openvino/int8")
@@ -65,7 +65,8 @@ def _add_box_options(parser: argparse.ArgumentParser) -> None:
         "--state-dir",
         type=Path,
         default=None,
-        help="where choices stored by `bench --select` live (default: $STATE_DIRECTORY or ~/.local/state/edge-runtime)",
+        help="where the service keeps choices stored by `bench --select` and int8 checks "
+        "(default: $STATE_DIRECTORY, else /var/lib/edge-runtime, as the service)",
     )
 
 

@@ -43,3 +43,13 @@ class ConfigError(EdgeRuntimeError):
 
 class FidelityError(EdgeRuntimeError):
     """A backend/precision choice differs from the fp32 reference by more than the tolerance."""
+
+
+class UnknownNameError(ConfigError):
+    """A name looked up in one of the registries (backend, source type, decoder) is not there."""
+
+    def __init__(self, kind: str, name: str, known: tuple[str, ...]) -> None:
+        self.kind = kind
+        self.name = name
+        self.known = known
+        super().__init__(f"unknown {kind} {name!r}; known: {', '.join(known)}")

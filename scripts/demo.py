@@ -131,7 +131,7 @@ def run_locally() -> int:
     from edge_runtime.pipeline.streaming import Pipeline, PublishPolicy
     from edge_runtime.placement.loading import load_selected, look_at_box, select_for
     from edge_runtime.sources import make_source
-    from edge_runtime.sources.configs import FileSource
+    from edge_runtime.sources.configs import FileSourceConfig
 
     received: list[dict[str, Any]] = []
     snapshot: list[bytes] = []
@@ -152,7 +152,7 @@ def run_locally() -> int:
         name="faces",
         device_id=DEVICE_ID,
         topic_prefix="edge",
-        source=make_source(FileSource(type="file", path=CLIP, realtime=True), f"file:{CLIP}"),
+        source=make_source(FileSourceConfig(type="file", path=CLIP, realtime=True), f"file:{CLIP}"),
         model=model,
         decoder=make_decoder(decoder.name, decoder.params, package.manifest.labels),
         input_spec=model.input_specs[0],

@@ -12,15 +12,19 @@ from __future__ import annotations
 import queue
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from edge_runtime.config.base import StrictModel
 from edge_runtime.package.manifest import ModelFormat, Precision
+
+if TYPE_CHECKING:
+    from edge_runtime.hardware.facts import Hardware
 
 Outputs = list[np.ndarray]
 Callback = Callable[[Any, Outputs | None, BaseException | None], None]
@@ -77,10 +81,8 @@ class BackendStatus:
     reason: str = ""  # why it is unavailable, or which fallback library was used
 
 
-class BackendOptions(BaseModel):
+class BackendOptions(StrictModel):
     """Options every backend understands; each backend extends this with its own typed fields."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     device: str = "CPU"
     precision: Precision | None = Field(
@@ -193,12 +195,12 @@ class ThreadedAsyncRunner(AsyncRunner):
 class Backend(ABC):
     """A model loaded on one device of one backend library.
 
-    Subclasses set `key`, `formats` and `options_type`, implement `probe` (cheap, safe to call on any
-    box) and the loading constructor, and fill `inputs`, `outputs` and `runs_on`.
+    Subclasses set `key` and `options_type`, implement `probe` (cheap, safe to call on any box) and the
+    loading constructor, and fill `inputs`, `outputs` and `runs_on`. Which formats a backend loads is in
+    its record in the registry (`edge_runtime.backends.BACKENDS`).
     """
 
     key: ClassVar[str]
-    formats: ClassVar[frozenset[ModelFormat]]
     options_type: ClassVar[type[BackendOptions]] = BackendOptions
     reads_hint: ClassVar[bool] = False  # whether the `hint` option (latency or throughput) changes anything
 
@@ -210,6 +212,29 @@ class Backend(ABC):
     @abstractmethod
     def probe(cls) -> BackendStatus:
         """Import the library and list devices; never raises."""
+
+    @classmethod
+    def device_problem(
+        cls, device: str, delegate: str | None, options: Mapping[str, Any], status: BackendStatus, hardware: Hardware
+    ) -> str | None:
+        """Why the library cannot use `device` (with `delegate`) on this box, read from its probe; None if it can.
+
+        Detection says what is plugged in; the library's status says what it can open. Where a device is
+        plugged in but not usable, the reason names the usual culprit.
+        """
+        return None
+
+    @classmethod
+    def device_name(
+        cls, device: str, delegate: str | None, options: Mapping[str, Any], status: BackendStatus
+    ) -> str | None:
+        """The library's own name for the device, e.g. "Intel(R) AI Boost" for OpenVINO's NPU."""
+        return status.device_names.get(device)
+
+    @classmethod
+    def measurable_choices(cls, status: BackendStatus, hardware: Hardware) -> list[dict[str, Any]]:
+        """Every device, delegate, options and precision `bench --select` measures here, as choice fields."""
+        return [{"device": device, "precision": None} for device in status.devices]
 
     @abstractmethod
     def __init__(self, source: ModelSource, options: BackendOptions) -> None:

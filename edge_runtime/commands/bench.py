@@ -15,15 +15,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from edge_runtime.backends import BACKENDS, backend_class
 from edge_runtime.backends.base import RunsOn
+from edge_runtime.config.schema import default_state_dir
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.hardware.facts import Hardware
 from edge_runtime.measure.benchmark import Measurement, Progress, bench_feed, measure_latency, measure_throughput
 from edge_runtime.measure.fidelity import DEFAULT_TOLERANCE, FidelityReport, compare, load_reference
 from edge_runtime.package.loader import ModelPackage, open_package
-from edge_runtime.placement.loading import Box, default_state_dir, load_candidate, look_at_box, select_for
+from edge_runtime.placement.loading import Box, load_candidate, look_at_box, select_for
 from edge_runtime.placement.model import LoadedModel
-from edge_runtime.placement.profiles import BACKEND_FORMATS, Choice, DeviceProfile
+from edge_runtime.placement.profiles import Choice, DeviceProfile
 from edge_runtime.placement.selection import Candidate, Overrides, model_key, select, store_choice
 
 
@@ -90,42 +92,14 @@ def every_runnable_choice(package: ModelPackage, hardware: Hardware, overrides: 
     for backend, status in hardware.libraries.items():
         if not status.available:
             continue
-        for device, delegate, options in _devices(backend, status.devices):
-            for precision in _precisions(backend, device, hardware):
-                for variant_id, variant in package.manifest.variants.items():
-                    if variant.format in BACKEND_FORMATS[backend]:
-                        fields: dict[str, Any] = {"backend": backend, "device": device, "precision": precision}
-                        fields |= {"delegate": delegate, "variants": [variant_id], "options": options}
-                        choices.append(Choice.model_validate(fields))
+        for fields in backend_class(backend).measurable_choices(status, hardware):
+            for variant_id, variant in package.manifest.variants.items():
+                if variant.format in BACKENDS[backend].formats:
+                    choices.append(Choice.model_validate({"backend": backend, **fields, "variants": [variant_id]}))
     if not choices:
         return []
     profile = DeviceProfile(name="bench-select", choices=tuple(choices))
     return select(package, hardware, profile=profile, overrides=overrides).runnable()
-
-
-def _devices(backend: str, devices: tuple[str, ...]) -> list[tuple[str, str | None, dict[str, str]]]:
-    if backend != "litert":
-        return [(device, None, {}) for device in devices]
-    found: list[tuple[str, str | None, dict[str, str]]] = []
-    for device in devices:
-        kind, _, where = device.partition(":")
-        if kind == "edgetpu":
-            found.append(("CPU", "edgetpu", {"edgetpu_device": where}))
-        else:
-            found.append(("CPU", "xnnpack", {}))
-    return found
-
-
-def _precisions(backend: str, device: str, hardware: Hardware) -> list[str | None]:
-    """The variant's own precision, plus the lower float precisions an OpenVINO device offers."""
-    if backend == "onnxruntime" and device.upper().startswith("TENSORRT"):
-        return [None, "fp16"]
-    if backend != "openvino":
-        return [None]
-    capabilities = hardware.openvino_capabilities(device) or ()
-    found: list[str | None] = [None] if "FP32" in capabilities else []
-    found += [name for name, cap in (("fp16", "FP16"), ("bf16", "BF16")) if cap in capabilities]
-    return found or [None]
 
 
 def measure_all(

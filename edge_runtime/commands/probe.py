@@ -6,9 +6,10 @@ import argparse
 import json
 from typing import Any
 
+from edge_runtime.config.schema import default_state_dir
 from edge_runtime.hardware.facts import CpuInfo, Hardware
 from edge_runtime.package.loader import open_package
-from edge_runtime.placement.loading import Box, default_state_dir, look_at_box, select_for
+from edge_runtime.placement.loading import Box, look_at_box, select_for
 from edge_runtime.placement.selection import Selection
 
 

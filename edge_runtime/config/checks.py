@@ -12,11 +12,11 @@ from collections.abc import Iterator
 
 from pydantic import ValidationError
 
+from edge_runtime.config.base import describe_validation_error
 from edge_runtime.config.problems import FieldPath, Problem
 from edge_runtime.config.schema import DaemonConfig, DecoderOverride, PipelineConfig
 from edge_runtime.errors import ConfigError, EdgeRuntimeError, ManifestError
 from edge_runtime.package.loader import ModelPackage, open_package
-from edge_runtime.package.manifest import describe_validation_error
 
 IMAGE_LAYOUTS = ("NHWC", "NCHW")
 SEQUENCE_LAYOUTS = ("NC", "NTC", "NCT")

@@ -12,19 +12,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from edge_runtime.backends import BACKENDS, BackendKey
+from edge_runtime.config.base import StrictModel
 from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.package.manifest import DecoderSpec, InputSpec, Precision
-from edge_runtime.placement.profiles import BACKEND_FORMATS, BackendKey
-from edge_runtime.sources.configs import AnySource, CameraConfig, SensorConfig
+from edge_runtime.sources.configs import AnySource, CameraSourceConfig, SensorSourceConfig
 
 TOPIC_UNSAFE = frozenset("/+#")
 MAX_NAME_LENGTH = 128
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def check_topic_safe(value: str) -> str:
@@ -49,6 +46,12 @@ def _directory_from_env(variable: str, fallback: str, environ: Mapping[str, str]
 
 
 def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where the daemon keeps what it learns about this box (stored choices, int8 checks, the spool).
+
+    The same answer for the service and for `probe` and `bench --select` run from a shell, so that a
+    choice stored by hand is the one the service finds: systemd's StateDirectory, else
+    /var/lib/edge-runtime (run `bench --select` as the service's user, or pass --state-dir).
+    """
     return _directory_from_env("STATE_DIRECTORY", "/var/lib/edge-runtime", environ)
 
 
@@ -56,20 +59,20 @@ def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     return _directory_from_env("CACHE_DIRECTORY", "/var/cache/edge-runtime", environ)
 
 
-class PrometheusSettings(_Strict):
+class PrometheusSettings(StrictModel):
     enabled: bool = Field(default=False, description="serve the counters at http://host:port/metrics")
     host: str = Field(default="127.0.0.1", min_length=1, description="address to listen on; 0.0.0.0 for all")
     port: int = Field(default=9464, gt=0, lt=65536, description="TCP port of the metrics endpoint")
 
 
-class StatsSettings(_Strict):
+class StatsSettings(StrictModel):
     interval_s: float = Field(default=30.0, gt=0, description="seconds between two messages on the stats topic")
     prometheus: PrometheusSettings = Field(
         default_factory=PrometheusSettings, description="optional Prometheus endpoint with the same counters"
     )
 
 
-class ModelConfig(_Strict):
+class ModelConfig(StrictModel):
     """The model of a pipeline and how to run it; unset fields leave the choice to the device profile."""
 
     path: Path = Field(
@@ -102,13 +105,13 @@ class ModelConfig(_Strict):
     def _variant_loadable_by_backend(self) -> ModelConfig:
         if self.backend is not None and self.variant is not None:
             kind = self.variant.split("/")[0]
-            loadable = sorted(f.value for f in BACKEND_FORMATS[self.backend])
+            loadable = sorted(f.value for f in BACKENDS[self.backend].formats)
             if kind not in loadable:
                 raise ValueError(f"backend {self.backend} cannot load {kind} variants (it loads {', '.join(loadable)})")
         return self
 
 
-class PreprocessOverrides(_Strict):
+class PreprocessOverrides(StrictModel):
     """Fields of the manifest's input spec that a deployment may change, e.g. for a camera that sends RGB."""
 
     resize: Literal["stretch", "letterbox", "crop"] | None = Field(
@@ -132,7 +135,7 @@ class PreprocessOverrides(_Strict):
         return InputSpec.model_validate(spec.model_dump() | self.model_dump(exclude_none=True))
 
 
-class DecoderOverride(_Strict):
+class DecoderOverride(StrictModel):
     """A different decoder, or the manifest's decoder with some parameters changed."""
 
     name: str | None = Field(
@@ -153,13 +156,13 @@ class DecoderOverride(_Strict):
         return DecoderSpec(name=name, params=self.params)
 
 
-class SnapshotSettings(_Strict):
+class SnapshotSettings(StrictModel):
     enabled: bool = Field(default=False, description="publish a JPEG of frames that produced a result")
     max_rate_hz: float = Field(default=0.2, gt=0, description="at most this many snapshots per second")
     jpeg_quality: int = Field(default=80, ge=1, le=100, description="JPEG quality, 1..100")
 
 
-class PublishSettings(_Strict):
+class PublishSettings(StrictModel):
     qos: Literal[0, 1, 2] = Field(default=1, description="MQTT QoS of result messages")
     retain: bool = Field(default=False, description="retain the latest result on the broker")
     only_on_change: bool = Field(default=False, description="publish a result only when it differs from the last")
@@ -167,7 +170,7 @@ class PublishSettings(_Strict):
     snapshot: SnapshotSettings = Field(default_factory=SnapshotSettings, description="JPEG snapshots (cameras)")
 
 
-class PipelineConfig(_Strict):
+class PipelineConfig(StrictModel):
     """source → preprocess → infer → decode → publish, under one name that becomes a topic level."""
 
     name: str = Field(description="unique pipeline name; used in MQTT topics, so no / + # or whitespace")
@@ -187,11 +190,11 @@ class PipelineConfig(_Strict):
 
     @property
     def is_camera(self) -> bool:
-        return isinstance(self.source, CameraConfig)
+        return isinstance(self.source, CameraSourceConfig)
 
     @model_validator(mode="after")
     def _image_settings_need_a_camera(self) -> PipelineConfig:
-        if not isinstance(self.source, SensorConfig):
+        if not isinstance(self.source, SensorSourceConfig):
             return self
         if self.publish.snapshot.enabled:
             raise ValueError(f"publish.snapshot needs a camera source; {self.source.type!r} gives sensor windows")
@@ -204,7 +207,7 @@ class PipelineConfig(_Strict):
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 
-class DaemonConfig(_Strict):
+class DaemonConfig(StrictModel):
     device_id: str = Field(description="this box's id in MQTT topics and the client id; no / + # or whitespace")
     mqtt: MqttSettings = Field(default_factory=MqttSettings, description="the broker connection")
     state_dir: Path = Field(

@@ -1,7 +1,8 @@
 """Output decoders: raw model outputs become results a subscriber can use.
 
-One small module per decoder family, each defining a `Decoder` subclass registered here under the name
-a manifest uses in `decoder.name`. A new output format is one module plus one line in `_DECODERS`.
+One small module per decoder family, each defining a `Decoder` subclass registered in `DECODERS` under
+the name a manifest uses in `decoder.name`; the class is imported on first use. A new output format is
+one module plus one line in `DECODERS`.
 Every decoder returns a `Decoded` result (see `decoded.py` for what each task publishes, its score and
 its change signature).
 """
@@ -14,11 +15,11 @@ from typing import Any
 
 from edge_runtime.decoders.base import Decoder
 from edge_runtime.decoders.decoded import Decoded
-from edge_runtime.errors import ConfigError
+from edge_runtime.errors import UnknownNameError
 
-__all__ = ["Decoded", "Decoder", "decoder_names", "make_decoder"]
+__all__ = ["DECODERS", "Decoded", "Decoder", "decoder_class", "make_decoder"]
 
-_DECODERS: dict[str, tuple[str, str]] = {
+DECODERS: dict[str, tuple[str, str]] = {
     "ssd_anchors": ("edge_runtime.decoders.ssd_anchors", "SsdAnchorDecoder"),
     "yolo": ("edge_runtime.decoders.yolo", "YoloDecoder"),
     "classification": ("edge_runtime.decoders.classification", "ClassificationDecoder"),
@@ -30,13 +31,13 @@ _DECODERS: dict[str, tuple[str, str]] = {
 }
 
 
-def decoder_names() -> tuple[str, ...]:
-    return tuple(_DECODERS)
+def decoder_class(name: str) -> type[Decoder]:
+    if name not in DECODERS:
+        raise UnknownNameError("decoder", name, tuple(DECODERS))
+    module, class_name = DECODERS[name]
+    cls: type[Decoder] = getattr(importlib.import_module(module), class_name)
+    return cls
 
 
 def make_decoder(name: str, params: Mapping[str, Any], labels: tuple[str, ...] = ()) -> Decoder:
-    if name not in _DECODERS:
-        raise ConfigError(f"unknown decoder {name!r}; known decoders: {', '.join(_DECODERS)}")
-    module_name, class_name = _DECODERS[name]
-    decoder_type: type[Decoder] = getattr(importlib.import_module(module_name), class_name)
-    return decoder_type.from_params(params, labels)
+    return decoder_class(name).from_params(params, labels)

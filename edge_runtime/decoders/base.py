@@ -7,9 +7,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from edge_runtime.backends.base import TensorSpec
+from edge_runtime.config.base import StrictModel
 from edge_runtime.decoders.decoded import Decoded, Detection, Detections
 from edge_runtime.errors import ConfigError, ModelMismatchError
 from edge_runtime.pipeline.preprocess import FrameTransform
@@ -28,8 +29,8 @@ __all__ = [
 D = TypeVar("D", bound="Decoder")
 
 
-class DecoderParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class DecoderParams(StrictModel):
+    """A decoder's parameters from the manifest's `decoder.params`; each decoder extends it with its own."""
 
 
 def dequantize(outputs: Sequence[np.ndarray], specs: Sequence[TensorSpec]) -> list[np.ndarray]:
@@ -81,7 +82,7 @@ class Decoder(ABC):
         try:
             validated = cls.params_type.model_validate(dict(params))
         except ValidationError as error:
-            from edge_runtime.package.manifest import describe_validation_error
+            from edge_runtime.config.base import describe_validation_error
 
             problems = "; ".join(f"decoder.params.{p}" for p in describe_validation_error(error))
             raise ConfigError(f"decoder {cls.name}: {problems}") from None

@@ -81,10 +81,10 @@ def detect_devices(root: Path | str = "/") -> Hardware:
 
 def probe_backend_libraries() -> dict[str, BackendStatus]:
     """Each backend's own probe; a backend whose module cannot even be imported is reported unavailable."""
-    from edge_runtime.backends import backend_class, backend_keys
+    from edge_runtime.backends import BACKENDS, backend_class
 
     statuses = {}
-    for key in backend_keys():
+    for key in BACKENDS:
         try:
             statuses[key] = backend_class(key).probe()
         except Exception as error:

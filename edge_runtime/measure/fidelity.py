@@ -16,15 +16,15 @@ from typing import Any
 import cv2
 import numpy as np
 
+from edge_runtime.backends import backend_for_format
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.errors import FidelityError
 from edge_runtime.package.loader import ModelPackage
-from edge_runtime.package.manifest import ModelFormat, Precision
+from edge_runtime.package.manifest import Precision
 from edge_runtime.pipeline.preprocess import ImagePreprocessor
 from edge_runtime.placement.model import LoadedModel, load_model
 
 DEFAULT_TOLERANCE = 0.02  # of the reference output's value range
-REFERENCE_BACKEND = {ModelFormat.OPENVINO: "openvino", ModelFormat.TFLITE: "litert", ModelFormat.ONNX: "onnxruntime"}
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,6 @@ def load_reference(
     reference_id = next((vid for vid in fp32 if vid.startswith(own_format + "/")), fp32[0])
     cache = {} if cache is None else cache
     if reference_id not in cache:
-        backend = REFERENCE_BACKEND[variants[reference_id].format]
+        backend = backend_for_format(variants[reference_id].format)
         cache[reference_id] = load_model(package, reference_id, backend, {"device": "CPU", "precision": "fp32"})
     return cache[reference_id]

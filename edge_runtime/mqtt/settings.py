@@ -5,14 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
+
+from edge_runtime.config.base import StrictModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TlsSettings(_Strict):
+class TlsSettings(StrictModel):
     ca_file: Path | None = Field(default=None, description="pinned CA certificate (PEM); None uses the system CAs")
     cert_file: Path | None = Field(default=None, description="client certificate (PEM) for certificate login")
     key_file: Path | None = None
@@ -25,7 +23,7 @@ class TlsSettings(_Strict):
         return self
 
 
-class SpoolSettings(_Strict):
+class SpoolSettings(StrictModel):
     """The on-disk queue of results not yet acknowledged by the broker."""
 
     path: Path | None = Field(default=None, description="SQLite file; default: <state dir>/spool.sqlite")
@@ -35,7 +33,7 @@ class SpoolSettings(_Strict):
     max_in_flight: int = Field(default=100, gt=0, description="unacknowledged QoS>=1 messages at once")
 
 
-class MqttSettings(_Strict):
+class MqttSettings(StrictModel):
     host: str = "localhost"
     port: int | None = Field(default=None, gt=0, lt=65536, description="default 1883, or 8883 with TLS")
     protocol: Literal["5", "3.1.1"] = "5"

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from edge_runtime.config.base import StrictModel, describe_validation_error
 from edge_runtime.errors import ManifestError
 
 SCHEMA_VERSION = 1
@@ -22,10 +23,6 @@ MANIFEST_NAME = "model.yaml"
 # Points of drop beyond which edge-convert flags a variant "do not ship" (its --drop-threshold default),
 # for manifests that record a drop but not the threshold it was judged by.
 DEFAULT_DROP_THRESHOLD = 1.0
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Task(str, Enum):
@@ -61,7 +58,7 @@ Layout = Literal["NHWC", "NCHW", "NC", "NTC", "NCT", "ANY"]
 DType = Literal["float32", "float16", "uint8", "int8", "int32", "int64"]
 
 
-class InputSpec(Strict):
+class InputSpec(StrictModel):
     """How raw data becomes the model's input tensor, in the float domain of the fp32 model.
 
     Quantized variants carry their own scale and zero point inside the model file; the runtime reads
@@ -113,14 +110,14 @@ class InputSpec(Strict):
         return None
 
 
-class DecoderSpec(Strict):
+class DecoderSpec(StrictModel):
     """Names the output decoder and its parameters; the decoder validates its own parameters."""
 
     name: str
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class VariantFile(Strict):
+class VariantFile(StrictModel):
     path: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
@@ -164,7 +161,7 @@ def _figure(value: float) -> str:
     return text[:-1] if text.endswith("0") else text
 
 
-class MeasuredOn(Strict):
+class MeasuredOn(StrictModel):
     """The CPU that measured a variant's accuracy, by the features that choose its int8 kernels.
 
     An int8 variant can compute other integers on a CPU whose int8 features differ (x86 without VNNI
@@ -176,7 +173,7 @@ class MeasuredOn(Strict):
     int8_features: tuple[str, ...] = Field(min_length=1)  # the architecture first, e.g. (x86_64, avx2)
 
 
-class Variant(Strict):
+class Variant(StrictModel):
     """One file set of the model: a format at a precision, possibly sparse or compiled for a target.
 
     `accuracy` holds what the converter measured; `drop_points` (what conversion cost, in the points of the
@@ -232,7 +229,7 @@ class Variant(Strict):
         )
 
 
-class Manifest(Strict):
+class Manifest(StrictModel):
     schema_version: int
     name: str = Field(min_length=1)
     version: str = "0"
@@ -259,28 +256,6 @@ class Manifest(Strict):
             if not variant_id or variant_id.count("/") != 1:
                 raise ValueError(f"variant id {variant_id!r} must look like 'format/name', e.g. 'tflite/int8'")
         return variants
-
-
-def _field_path(loc: tuple[int | str, ...]) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        else:
-            parts.append(f".{item}" if parts else str(item))
-    return "".join(parts) or "(top level)"
-
-
-def describe_validation_error(error: ValidationError) -> list[str]:
-    """One line per problem, each starting with the dotted field path, e.g. `inputs[0].layout: ...`."""
-    problems = []
-    for item in error.errors():
-        path = _field_path(tuple(loc for loc in item["loc"] if not str(loc).startswith("function-")))
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            message = "unknown field"
-        problems.append(f"{path}: {message}")
-    return problems
 
 
 def parse_manifest(data: object, source: str) -> Manifest:

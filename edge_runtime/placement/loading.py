@@ -8,7 +8,6 @@ the next choice instead of stopping the service.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,14 +35,6 @@ def look_at_box(root: Path | str = "/", profile_dirs: Sequence[Path] = (), isola
     """The box's hardware and matching profile; `isolated` keeps unused backend libraries out of this process."""
     hardware = detect(root, isolated=isolated)
     return Box(hardware=hardware, match=match_profile(hardware, load_profiles(profile_dirs)))
-
-
-def default_state_dir() -> Path:
-    """systemd's StateDirectory when run as a service, the XDG state directory otherwise."""
-    if state := os.environ.get("STATE_DIRECTORY"):
-        return Path(state.split(":")[0])
-    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(base) / "edge-runtime"
 
 
 def select_for(

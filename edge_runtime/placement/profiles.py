@@ -20,13 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from edge_runtime.backends import BACKENDS, BackendKey
+from edge_runtime.config.base import StrictModel, describe_validation_error
 from edge_runtime.errors import ConfigError
 from edge_runtime.hardware.cpu import normalise_arch
 from edge_runtime.hardware.devices import DEVICE_NODE_GLOBS
 from edge_runtime.hardware.facts import FACT_MISSING, FACTS, Fact, Hardware
-from edge_runtime.package.manifest import ModelFormat, Precision, describe_validation_error
+from edge_runtime.package.manifest import Precision
 
 if TYPE_CHECKING:
     if sys.version_info >= (3, 11):
@@ -37,26 +39,11 @@ if TYPE_CHECKING:
 PROFILE_PACKAGE = "edge_runtime.device_profiles"
 SYSTEM_PROFILE_DIR = Path("/etc/edge-runtime/profiles")
 
-BackendKey = Literal["openvino", "litert", "onnxruntime"]
-BACKEND_FORMATS: dict[str, frozenset[ModelFormat]] = {
-    "openvino": frozenset({ModelFormat.OPENVINO, ModelFormat.ONNX, ModelFormat.TFLITE}),
-    "litert": frozenset({ModelFormat.TFLITE}),
-    "onnxruntime": frozenset({ModelFormat.ONNX}),
-}
-DEFAULT_VARIANTS: dict[str, tuple[str, ...]] = {
-    "openvino": ("openvino/*", "onnx/*", "tflite/*"),
-    "litert": ("tflite/*",),
-    "onnxruntime": ("onnx/*",),
-}
 CHOICE_FIELDS_NOT_IN_OPTIONS = ("device", "precision", "threads", "hint", "delegate")
 _NAME = r"^[a-z0-9][a-z0-9._-]*$"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class MatchSpec(_Strict):
+class MatchSpec(StrictModel):
     """Conditions a box must meet, all of them; an empty spec matches every box."""
 
     arch: tuple[str, ...] = ()
@@ -108,7 +95,7 @@ class MatchSpec(_Strict):
         return {fact: wanted for fact in FACTS if (wanted := getattr(self, fact)) is not None}
 
 
-class Choice(_Strict):
+class Choice(StrictModel):
     """One way to run a model: a backend on a device, with the variants it prefers, best first."""
 
     backend: BackendKey
@@ -143,13 +130,13 @@ class Choice(_Strict):
         kind, sep, name = pattern.partition("/")
         if not sep or not kind or not name or "/" in name:
             raise ValueError(f"variant {pattern!r} must look like 'format/name', e.g. 'tflite/int8' or 'onnx/*'")
-        loadable = {f.value for f in BACKEND_FORMATS[self.backend]}
+        loadable = {f.value for f in BACKENDS[self.backend].formats}
         if kind != "*" and kind not in loadable:
             raise ValueError(f"variant {pattern!r}: {self.backend} cannot load {kind} models")
 
     @property
     def variant_patterns(self) -> tuple[str, ...]:
-        return self.variants or DEFAULT_VARIANTS[self.backend]
+        return self.variants or BACKENDS[self.backend].default_variants
 
     def label(self) -> str:
         """Short human name, e.g. 'openvino NPU', 'litert CPU+edgetpu', 'onnxruntime TENSORRT fp16'."""
@@ -168,7 +155,7 @@ class Choice(_Strict):
         return {key: value for key, value in settings.items() if value is not None} | dict(self.options)
 
 
-class DeviceProfile(_Strict):
+class DeviceProfile(StrictModel):
     name: str = Field(pattern=_NAME)
     description: str = ""
     priority: int = Field(default=0, description="Specificity: of the profiles matching a box, highest wins.")

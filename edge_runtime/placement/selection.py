@@ -29,13 +29,14 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from edge_runtime.backends import BACKENDS, BackendKey, backend_class
 from edge_runtime.backends.base import BackendStatus
+from edge_runtime.config.base import describe_validation_error
 from edge_runtime.errors import ConfigError
 from edge_runtime.hardware.facts import FACT_MISSING, Fact, Hardware
-from edge_runtime.hardware.usable import device_display_name, device_problem, library_problem
 from edge_runtime.package.loader import ModelPackage
-from edge_runtime.package.manifest import Precision, describe_validation_error
-from edge_runtime.placement.profiles import DEFAULT_VARIANTS, BackendKey, Choice, DeviceProfile
+from edge_runtime.package.manifest import Precision
+from edge_runtime.placement.profiles import Choice, DeviceProfile
 from edge_runtime.placement.variant_pick import VariantCheck, VariantPick, accuracy_refusal, pick_variant
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ Origin = Literal["stored", "override", "profile", "fallback"]
 Status = Literal["taken", "runnable", "skipped"]
 
 DELEGATE_FACTS: dict[str, Fact] = {"edgetpu": "edgetpu"}
+# When nothing in the profile runs, the order backends are tried on the CPU: the broadest reader first.
 FALLBACK_BACKENDS: tuple[BackendKey, ...] = ("openvino", "onnxruntime", "litert")
 STORE_FILE = "selections.json"
 STORE_VERSION = 1
@@ -219,7 +221,7 @@ def _fallbacks(earlier: list[Candidate], overrides: Overrides, context: _Context
     tried = {(c.choice.backend, c.choice.device.upper()) for c in earlier}
     found = []
     for key in FALLBACK_BACKENDS:
-        native_order = DEFAULT_VARIANTS[key]
+        native_order = BACKENDS[key].default_variants
         fp32_first = tuple(pattern.replace("/*", "/fp32") for pattern in native_order) + native_order
         choice = Choice(backend=key, device="CPU", variants=fp32_first)
         if overrides.excludes(choice) is None:
@@ -234,11 +236,11 @@ def _consider(origin: Origin, choice: Choice, overrides: Overrides, context: _Co
         return Candidate(choice, origin, "skipped", f"skipped: {excluded}")
     choice = overrides.apply(choice)
     status = context.statuses.get(choice.backend)
-    edgetpu_device = str(choice.options.get("edgetpu_device", ""))
-    where = (choice.backend, choice.device, choice.delegate, edgetpu_device)
-    problem = _missing_fact(choice, context.hardware) or library_problem(choice.backend, status)
+    backend = backend_class(choice.backend)
+    where = (choice.device, choice.delegate, choice.options)
+    problem = _missing_fact(choice, context.hardware) or _library_problem(choice.backend, status)
     if problem is None and status is not None:
-        problem = device_problem(*where, status, context.hardware)
+        problem = backend.device_problem(*where, status, context.hardware)
     pick = VariantPick(None, problem)
     if problem is None:
         pick = pick_variant(context.package, choice, context.hardware, overrides.variant, context.check)
@@ -247,7 +249,7 @@ def _consider(origin: Origin, choice: Choice, overrides: Overrides, context: _Co
         if origin == "stored":
             problem = f"stored choice from bench --select no longer runnable: {problem}"
         return Candidate(choice, origin, "skipped", f"skipped: {problem}")
-    device_name = device_display_name(*where, status)
+    device_name = backend.device_name(*where, status)
     runs = f"{choice.backend} on {choice.device}" + (f"+{choice.delegate}" if choice.delegate else "")
     runs += f" ({device_name})" if device_name else ""
     reason = f"{runs}, variant {pick.variant_id}{pick.remarks()}"
@@ -284,6 +286,14 @@ def _mark_taken(candidates: list[Candidate], profile: DeviceProfile | None) -> t
             candidate = replace(candidate, reason=f"runnable, kept in reserve: {candidate.reason}")
         marked.append(candidate)
     return tuple(marked)
+
+
+def _library_problem(backend: str, status: BackendStatus | None) -> str | None:
+    if status is None:
+        return f"library {backend} was not probed"
+    if not status.available:
+        return f"library {backend} not importable: {status.reason or 'no reason given'}"
+    return None
 
 
 def _missing_fact(choice: Choice, hardware: Hardware) -> str | None:
@@ -326,7 +336,18 @@ def store_choice(
 ) -> Path:
     """Record the choice for this model, replacing any before it; written atomically."""
     path = Path(state_dir) / STORE_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return _write_store(path, model_key, choice, variant_id, metrics)
+    except OSError as error:
+        raise ConfigError(
+            f"cannot store the choice in {path}: {error.strerror}; run as the service's user or pass --state-dir"
+        ) from None
+
+
+def _write_store(
+    path: Path, model_key: str, choice: Choice, variant_id: str, metrics: Mapping[str, float] | None
+) -> Path:
     try:
         store = _read_store(path)
     except ConfigError:

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from fnmatch import fnmatchcase
 from typing import NamedTuple, Protocol
 
+from edge_runtime.backends import BACKENDS
 from edge_runtime.hardware.facts import Hardware
 from edge_runtime.package.loader import ModelPackage
 from edge_runtime.package.manifest import Precision, Variant
-from edge_runtime.placement.profiles import BACKEND_FORMATS, Choice
+from edge_runtime.placement.profiles import Choice
 
 
 def precision_fits(variant: Precision, asked: Precision | None) -> bool:
@@ -88,7 +89,7 @@ def pick_variant(
     loadable = [
         vid
         for vid, v in variants.items()
-        if v.format in BACKEND_FORMATS[choice.backend] and (v.target == "edgetpu") == edgetpu
+        if v.format in BACKENDS[choice.backend].formats and (v.target == "edgetpu") == edgetpu
     ]
     has = ", ".join(variants)
     if not loadable:

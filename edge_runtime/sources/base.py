@@ -11,16 +11,14 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+
+from edge_runtime.config.base import StrictModel
 
 
-class SourceConfig(BaseModel):
+class SourceConfig(StrictModel):
     """Base of every source's typed config; each subclass sets `type: Literal["<key>"]`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     @property
     def unpaced(self) -> bool:
@@ -84,8 +82,6 @@ class SourceContext:
 
 
 class Source(ABC):
-    types: ClassVar[tuple[str, ...]]  # the config `type`s this class implements
-
     def __init__(self, config: SourceConfig, name: str, context: SourceContext | None = None) -> None:
         self.config = config
         self.name = name

@@ -25,7 +25,7 @@ import cv2
 
 from edge_runtime.errors import ConfigError
 from edge_runtime.sources.base import SourceContext
-from edge_runtime.sources.configs import CameraConfig, FileSource, StreamSource, V4l2Source
+from edge_runtime.sources.configs import CameraSourceConfig, FileSourceConfig, StreamSourceConfig, V4l2SourceConfig
 from edge_runtime.sources.frames import FrameSource
 from edge_runtime.sources.reconnect import Backoff, ConnectionMonitor, mask_url
 
@@ -69,9 +69,7 @@ def open_with_ffmpeg(target: str, options: str, params: list[int]) -> cv2.VideoC
 
 
 class CameraSource(FrameSource):
-    types = ("v4l2", "stream", "file")
-
-    def __init__(self, config: CameraConfig, name: str, context: SourceContext | None = None) -> None:
+    def __init__(self, config: CameraSourceConfig, name: str, context: SourceContext | None = None) -> None:
         super().__init__(config, name, context)
         self.target = _describe(config)
         self._monitor = ConnectionMonitor(self.stats, name, self.target)
@@ -82,12 +80,12 @@ class CameraSource(FrameSource):
         self._file_fps = _DEFAULT_FILE_FPS
 
     def _prepare(self) -> None:
-        if isinstance(self.config, FileSource):
+        if isinstance(self.config, FileSourceConfig):
             self._file_fps = _probe_file(self.config.path)
 
     def _capture(self) -> None:
         try:
-            if isinstance(self.config, FileSource):
+            if isinstance(self.config, FileSourceConfig):
                 self._play_file(self.config)
             else:
                 self._capture_live()
@@ -120,13 +118,13 @@ class CameraSource(FrameSource):
 
     def _open_live(self) -> cv2.VideoCapture:
         config = self.config
-        if isinstance(config, StreamSource):
+        if isinstance(config, StreamSourceConfig):
             timeout_ms = round(self._open_timeout_s * 1000)
             read_timeout_ms = round(config.stall_timeout_s * 1000)
             params = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, timeout_ms, cv2.CAP_PROP_READ_TIMEOUT_MSEC, read_timeout_ms]
             options = ffmpeg_capture_options(config.url, config.transport, config.stall_timeout_s)
             return open_with_ffmpeg(config.url, options, params)
-        assert isinstance(config, V4l2Source)
+        assert isinstance(config, V4l2SourceConfig)
         device = int(config.device) if isinstance(config.device, str) and config.device.isdigit() else config.device
         capture = cv2.VideoCapture(device, cv2.CAP_V4L2)
         if capture.isOpened():
@@ -173,7 +171,7 @@ class CameraSource(FrameSource):
 
     # files
 
-    def _play_file(self, config: FileSource) -> None:
+    def _play_file(self, config: FileSourceConfig) -> None:
         frame_period = 1.0 / self._file_fps
         frames_played = 0
         started = time.monotonic()
@@ -200,13 +198,13 @@ class CameraSource(FrameSource):
                 return
 
 
-def _describe(config: CameraConfig) -> str:
-    if isinstance(config, StreamSource):
+def _describe(config: CameraSourceConfig) -> str:
+    if isinstance(config, StreamSourceConfig):
         return mask_url(config.url)
-    if isinstance(config, V4l2Source):
+    if isinstance(config, V4l2SourceConfig):
         device = str(config.device)
         return f"/dev/video{device}" if device.isdigit() else device
-    if isinstance(config, FileSource):
+    if isinstance(config, FileSourceConfig):
         return str(config.path)
     raise ConfigError(f"camera sources do not handle type {getattr(config, 'type', '?')!r}")
 
@@ -228,7 +226,7 @@ def _probe_file(path: Path) -> float:
     return fps
 
 
-def _apply_v4l2_settings(capture: cv2.VideoCapture, config: V4l2Source, name: str) -> None:
+def _apply_v4l2_settings(capture: cv2.VideoCapture, config: V4l2SourceConfig, name: str) -> None:
     """Ask the driver for the configured format; it may pick the nearest it supports, so say what it chose."""
     wanted: list[tuple[str, int, float]] = []
     if config.fourcc:

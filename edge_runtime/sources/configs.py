@@ -36,7 +36,7 @@ class MotionGate(SourceConfig):
     )
 
 
-class CameraConfig(SourceConfig):
+class CameraSourceConfig(SourceConfig):
     policy: Literal["latest", "every"] = Field(
         default="latest", description="latest: live cameras, never queue stale frames; every: process all"
     )
@@ -46,7 +46,7 @@ class CameraConfig(SourceConfig):
     reconnect: Reconnect = Field(default_factory=Reconnect)
 
 
-class V4l2Source(CameraConfig):
+class V4l2SourceConfig(CameraSourceConfig):
     type: Literal["v4l2"]
     device: str | int = Field(description="/dev/videoN or its index N")
     width: int | None = Field(default=None, gt=0)
@@ -55,13 +55,13 @@ class V4l2Source(CameraConfig):
     fourcc: str | None = Field(default=None, pattern=r"^[A-Za-z0-9 ]{4}$", description="e.g. MJPG, YUYV")
 
 
-class StreamSource(CameraConfig):
+class StreamSourceConfig(CameraSourceConfig):
     type: Literal["stream"]
     url: str = Field(pattern=r"^(rtsp|rtsps|http|https|rtmp|udp|tcp)://", description="RTSP/HTTP stream URL")
     transport: Literal["tcp", "udp"] = "tcp"
 
 
-class FileSource(CameraConfig):
+class FileSourceConfig(CameraSourceConfig):
     type: Literal["file"]
     path: Path
     loop: bool = False
@@ -73,7 +73,7 @@ class FileSource(CameraConfig):
         return not self.realtime and self.max_fps is None
 
 
-class FolderSource(CameraConfig):
+class FolderSourceConfig(CameraSourceConfig):
     type: Literal["folder"]
     path: Path
     pattern: str = "*.jpg"
@@ -99,12 +99,12 @@ class WindowSpec(SourceConfig):
         return self
 
 
-class SensorConfig(SourceConfig):
+class SensorSourceConfig(SourceConfig):
     window: WindowSpec
     max_payload_bytes: int = Field(default=65536, gt=0)
 
 
-class MqttSensorSource(SensorConfig):
+class MqttSourceConfig(SensorSourceConfig):
     """Readings published on MQTT topics, on the daemon's own broker connection."""
 
     type: Literal["mqtt"]
@@ -117,7 +117,7 @@ class MqttSensorSource(SensorConfig):
     qos: Literal[0, 1, 2] = 1
 
 
-class SerialSource(SensorConfig):
+class SerialSourceConfig(SensorSourceConfig):
     type: Literal["serial"]
     port: str = Field(description="e.g. /dev/ttyUSB0")
     baudrate: int = Field(default=115200, gt=0)
@@ -127,7 +127,7 @@ class SerialSource(SensorConfig):
     reconnect: Reconnect = Field(default_factory=Reconnect)
 
 
-class ReplaySource(SensorConfig):
+class ReplaySourceConfig(SensorSourceConfig):
     """Samples replayed from a CSV (one sample per row) or .npy file (samples x channels)."""
 
     type: Literal["replay"]
@@ -141,6 +141,12 @@ class ReplaySource(SensorConfig):
 
 
 AnySource = Annotated[
-    V4l2Source | StreamSource | FileSource | FolderSource | MqttSensorSource | SerialSource | ReplaySource,
+    V4l2SourceConfig
+    | StreamSourceConfig
+    | FileSourceConfig
+    | FolderSourceConfig
+    | MqttSourceConfig
+    | SerialSourceConfig
+    | ReplaySourceConfig,
     Field(discriminator="type"),
 ]

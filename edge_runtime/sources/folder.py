@@ -18,7 +18,7 @@ import cv2
 
 from edge_runtime.errors import ConfigError
 from edge_runtime.sources.base import SourceContext
-from edge_runtime.sources.configs import FolderSource as FolderConfig
+from edge_runtime.sources.configs import FolderSourceConfig as FolderConfig
 from edge_runtime.sources.frames import FrameSource
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,6 @@ def natural_key(path: Path) -> list[int | str]:
 
 
 class ImageFolderSource(FrameSource):
-    types = ("folder",)
     config: FolderConfig
 
     def __init__(self, config: FolderConfig, name: str, context: SourceContext | None = None) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceContext
-from edge_runtime.sources.configs import CameraConfig
+from edge_runtime.sources.configs import CameraSourceConfig
 from edge_runtime.sources.motion import MotionDetector
 
 log = logging.getLogger(__name__)
@@ -103,9 +103,9 @@ class RateLimiter:
 class FrameSource(Source):
     """Base of image sources: subclasses implement `_capture`, which calls `_admit` and `_offer`."""
 
-    config: CameraConfig
+    config: CameraSourceConfig
 
-    def __init__(self, config: CameraConfig, name: str, context: SourceContext | None = None) -> None:
+    def __init__(self, config: CameraSourceConfig, name: str, context: SourceContext | None = None) -> None:
         super().__init__(config, name, context)
         latest = config.policy == "latest"
         self._buffer = FrameBuffer(1 if latest else EVERY_QUEUE_LENGTH, replace_oldest=latest)

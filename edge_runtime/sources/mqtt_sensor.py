@@ -41,7 +41,7 @@ import numpy as np
 
 from edge_runtime.errors import ConfigError
 from edge_runtime.sources.base import SourceContext
-from edge_runtime.sources.configs import MqttSensorSource
+from edge_runtime.sources.configs import MqttSourceConfig
 from edge_runtime.sources.windowing import SensorSource, Windower
 
 log = logging.getLogger(__name__)
@@ -130,10 +130,9 @@ def _reject_constant(name: str) -> float:
 
 
 class MqttSensor(SensorSource):
-    types = ("mqtt",)
-    config: MqttSensorSource
+    config: MqttSourceConfig
 
-    def __init__(self, config: MqttSensorSource, name: str, context: SourceContext | None = None) -> None:
+    def __init__(self, config: MqttSourceConfig, name: str, context: SourceContext | None = None) -> None:
         super().__init__(config, name, context)
         self._windowers: dict[str, Windower] = {}
         self._lock = threading.Lock()

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_runtime.errors import ConfigError
-from edge_runtime.sources.configs import ReplaySource
+from edge_runtime.sources.configs import ReplaySourceConfig
 from edge_runtime.sources.windowing import SensorSource, Windower
 
 log = logging.getLogger(__name__)
@@ -32,8 +32,7 @@ _TICK_S = 0.02  # paced replay hands over the samples due in each tick of this l
 
 
 class ReplaySensor(SensorSource):
-    types = ("replay",)
-    config: ReplaySource
+    config: ReplaySourceConfig
 
     def start(self) -> None:
         if self._thread is not None:

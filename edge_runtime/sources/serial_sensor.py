@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from edge_runtime.errors import ConfigError
-from edge_runtime.sources.configs import SerialSource
+from edge_runtime.sources.configs import SerialSourceConfig
 from edge_runtime.sources.reconnect import Backoff, ConnectionMonitor
 from edge_runtime.sources.windowing import SensorSource, Windower
 
@@ -68,8 +68,7 @@ def import_pyserial() -> ModuleType:
 
 
 class SerialSensor(SensorSource):
-    types = ("serial",)
-    config: SerialSource
+    config: SerialSourceConfig
 
     def start(self) -> None:
         if self._thread is not None:

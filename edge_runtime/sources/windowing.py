@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edge_runtime.sources.base import EndOfSource, Source, SourceContext, Window
-from edge_runtime.sources.configs import SensorConfig, WindowSpec
+from edge_runtime.sources.configs import SensorSourceConfig, WindowSpec
 from edge_runtime.sources.logs import ThrottledLog
 
 log = logging.getLogger(__name__)
@@ -63,9 +63,9 @@ class _Ready:
 class SensorSource(Source):
     """Base of sensor sources: a queue of finished windows, and counting of malformed input."""
 
-    config: SensorConfig
+    config: SensorSourceConfig
 
-    def __init__(self, config: SensorConfig, name: str, context: SourceContext | None = None) -> None:
+    def __init__(self, config: SensorSourceConfig, name: str, context: SourceContext | None = None) -> None:
         super().__init__(config, name, context)
         self._ready: collections.deque[_Ready] = collections.deque()
         self._cond = threading.Condition()

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from edge_runtime.backends.host import available_cores, cpu_name, cpu_name_from_cpuinfo
-from edge_runtime.backends.litert import LiteRtBackend
-from edge_runtime.backends.onnxruntime import OnnxRuntimeBackend
+from edge_runtime.backends.litert.backend import LiteRtBackend
+from edge_runtime.backends.onnxruntime.backend import OnnxRuntimeBackend
 
 RASPBERRY_PI_4_CPUINFO = """\
 processor\t: 0

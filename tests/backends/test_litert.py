@@ -24,7 +24,7 @@ import pytest
 
 from edge_runtime.backends import load_backend, make_options
 from edge_runtime.backends.base import BackendOptions, ModelSource, Quantization
-from edge_runtime.backends.litert import LiteRtBackend, LiteRtOptions, edgetpu_library, import_interpreter
+from edge_runtime.backends.litert.backend import LiteRtBackend, LiteRtOptions, edgetpu_library, import_interpreter
 from edge_runtime.errors import BackendUnavailableError, ConfigError, ModelLoadError, ModelMismatchError
 from edge_runtime.package.manifest import ModelFormat, Precision
 
@@ -132,7 +132,7 @@ def test_no_default_delegate_runs_the_same_model_without_xnnpack(
 
 @needs_no_libedgetpu
 def test_edgetpu_falls_back_to_xnnpack_with_the_reason(face_tflite: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="edge_runtime.backends.litert"):
+    with caplog.at_level(logging.WARNING, logger="edge_runtime.backends.litert.backend"):
         backend = LiteRtBackend(source_for(face_tflite), LiteRtOptions(delegate="edgetpu", edgetpu_device="usb"))
     assert backend.runs_on.device == "cpu"
     assert backend.runs_on.details["delegate"] == "xnnpack"
@@ -221,7 +221,7 @@ def test_reason_names_numpy_1_builds_when_ai_edge_litert_is_absent() -> None:
         "sys.modules['ai_edge_litert'] = None\n"
         "sys.modules['tensorflow'] = None\n"
         "import json\n"
-        "from edge_runtime.backends.litert import LiteRtBackend\n"
+        "from edge_runtime.backends.litert.backend import LiteRtBackend\n"
         "status = LiteRtBackend.probe()\n"
         "print(json.dumps([status.available, status.reason]))\n"
     )
@@ -256,7 +256,7 @@ def test_loading_without_any_interpreter_is_a_clear_error(face_tflite: Path) -> 
 
 def test_importing_the_backend_does_not_import_litert() -> None:
     code = (
-        "import sys, edge_runtime.backends.litert\n"
+        "import sys, edge_runtime.backends.litert.backend\n"
         "libraries = ('ai_edge_litert', 'tflite_runtime', 'tensorflow')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in libraries))\n"
     )

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from edge_runtime.backends.base import ModelSource
-from edge_runtime.backends.litert import LiteRtBackend, LiteRtOptions
+from edge_runtime.backends.litert.backend import LiteRtBackend, LiteRtOptions
 from edge_runtime.errors import ModelLoadError
 from edge_runtime.package.manifest import ModelFormat, Precision
 
@@ -124,7 +124,7 @@ def test_model_xnnpack_cannot_prepare_runs_on_the_builtin_kernels(
     sparse: SparseModels, shape: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = sparse.static if shape == "static" else sparse.dynamic
-    with caplog.at_level(logging.WARNING, logger="edge_runtime.backends.litert"):
+    with caplog.at_level(logging.WARNING, logger="edge_runtime.backends.litert.backend"):
         backend = LiteRtBackend(source_for(path), LiteRtOptions(threads=2))
     runs_on = backend.runs_on
     assert (runs_on.device, runs_on.precision, runs_on.details["delegate"]) == ("cpu", "int8", "none")

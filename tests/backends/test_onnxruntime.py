@@ -26,7 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edge_runtime.backends import load_backend
 from edge_runtime.backends.base import ModelSource
-from edge_runtime.backends.onnxruntime import (
+from edge_runtime.backends.onnxruntime.backend import (
     OnnxRuntimeBackend,
     OnnxRuntimeOptions,
     build_providers,
@@ -34,8 +34,8 @@ from edge_runtime.backends.onnxruntime import (
     describe_runs_on,
     nvidia_device_names,
 )
-from edge_runtime.backends.onnxruntime_precision import ModelFacts, effective_precision, inspect_model, scan_model_bytes
-from edge_runtime.backends.onnxruntime_providers import CPU, CUDA, OPENVINO, TENSORRT
+from edge_runtime.backends.onnxruntime.precision import ModelFacts, effective_precision, inspect_model, scan_model_bytes
+from edge_runtime.backends.onnxruntime.providers import CPU, CUDA, OPENVINO, TENSORRT
 from edge_runtime.errors import BackendUnavailableError, ModelLoadError, ModelMismatchError
 from edge_runtime.package.manifest import ModelFormat, Precision
 
@@ -236,7 +236,7 @@ def test_running_lower_than_asked_is_refused_higher_only_warns(
 ) -> None:
     with pytest.raises(BackendUnavailableError, match="runs at int8, lower than the fp32 asked for"):
         load(tiny_int8_onnx, precision="fp32")
-    with caplog.at_level(logging.WARNING, logger="edge_runtime.backends.onnxruntime"):
+    with caplog.at_level(logging.WARNING, logger="edge_runtime.backends.onnxruntime.backend"):
         backend = load(tiny_onnx, precision="fp16")
     assert backend.runs_on.precision == "fp32"
     assert "not the fp16 asked for" in caplog.text
@@ -347,7 +347,7 @@ def test_gpu_names_are_empty_without_a_cuda_provider() -> None:
 def test_importing_the_backend_does_not_import_onnxruntime() -> None:
     script = (
         "import sys\n"
-        "import edge_runtime.backends.onnxruntime as module\n"
+        "import edge_runtime.backends.onnxruntime.backend as module\n"
         "assert 'onnxruntime' not in sys.modules, 'imported at module import'\n"
         "status = module.OnnxRuntimeBackend.probe()\n"
         "assert 'onnxruntime' in sys.modules and status.available\n"

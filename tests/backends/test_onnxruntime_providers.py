@@ -13,8 +13,8 @@ import pytest
 
 from edge_runtime.backends import make_options
 from edge_runtime.backends.base import BackendOptions, options_as
-from edge_runtime.backends.onnxruntime import OnnxRuntimeOptions, build_providers, default_engine_cache_dir
-from edge_runtime.backends.onnxruntime_providers import CPU, CUDA, OPENVINO, TENSORRT
+from edge_runtime.backends.onnxruntime.backend import OnnxRuntimeOptions, build_providers, default_engine_cache_dir
+from edge_runtime.backends.onnxruntime.providers import CPU, CUDA, OPENVINO, TENSORRT
 from edge_runtime.errors import ConfigError
 from edge_runtime.package.manifest import Precision
 

@@ -15,7 +15,7 @@ from model_builders import build_tiny_classifier_onnx
 
 from edge_runtime.backends import load_backend
 from edge_runtime.backends.base import ModelSource
-from edge_runtime.backends.openvino import (
+from edge_runtime.backends.openvino.backend import (
     EmbeddedPreprocessing,
     OpenVinoBackend,
     OpenVinoOptions,
@@ -23,7 +23,7 @@ from edge_runtime.backends.openvino import (
     device_capabilities,
     make_static,
 )
-from edge_runtime.backends.openvino_devices import openvino_core
+from edge_runtime.backends.openvino.devices import openvino_core
 from edge_runtime.errors import BackendUnavailableError, ConfigError, ModelLoadError, ModelMismatchError
 from edge_runtime.package.manifest import ModelFormat, Precision, read_manifest
 
@@ -48,7 +48,7 @@ def face_input(astronaut_bgr: np.ndarray) -> np.ndarray:
 
 
 def test_importing_the_backend_does_not_import_openvino() -> None:
-    code = "import sys, edge_runtime.backends.openvino; print('openvino' in sys.modules)"
+    code = "import sys, edge_runtime.backends.openvino.backend; print('openvino' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edge_runtime.backends.openvino_devices import check_capable, float_precision_for, resolve_device
+from edge_runtime.backends.openvino.devices import check_capable, float_precision_for, resolve_device
 from edge_runtime.errors import BackendUnavailableError, ConfigError
 from edge_runtime.package.manifest import Precision
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from edge_runtime.config import ConfigFileError, DaemonConfig, load_config
+from edge_runtime.config.schema import default_state_dir
 from edge_runtime.package.loader import open_package
-from edge_runtime.sources.configs import FileSource, MqttSensorSource
+from edge_runtime.sources.configs import FileSourceConfig, MqttSourceConfig
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "config.example.yaml"
 
@@ -19,16 +20,26 @@ def test_the_example_config_is_valid(face_package_dir: Path) -> None:
     config = load_config(EXAMPLE, environ={})
     assert config.device_id == "demo-box-01"
     camera, sensor = config.pipelines
-    assert isinstance(camera.source, FileSource) and camera.enabled
+    assert isinstance(camera.source, FileSourceConfig) and camera.enabled
     assert camera.model.path.resolve() == face_package_dir.resolve()
     assert camera.publish.snapshot.enabled and camera.publish.min_score == 0.6
-    assert isinstance(sensor.source, MqttSensorSource) and not sensor.enabled
+    assert isinstance(sensor.source, MqttSourceConfig) and not sensor.enabled
     assert sensor.source.window.length == 128 and sensor.source.window.channels == 3
     assert [p.name for p in config.enabled_pipelines] == ["entrance-faces"]
 
 
 def test_the_example_config_takes_the_device_id_from_the_environment() -> None:
     assert load_config(EXAMPLE, environ={"EDGE_DEVICE_ID": "gate-3"}).device_id == "gate-3"
+
+
+def test_the_state_directory_is_systemds_else_the_services_for_every_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("STATE_DIRECTORY", f"{tmp_path}/a:{tmp_path}/b")
+    assert default_state_dir() == tmp_path / "a"
+    monkeypatch.delenv("STATE_DIRECTORY")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))  # a shell's own state folder is not the service's
+    assert default_state_dir() == Path("/var/lib/edge-runtime")
 
 
 def test_defaults(base_config: dict[str, Any], write_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:

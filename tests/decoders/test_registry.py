@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_runtime.decoders import decoded, decoder_names, make_decoder
+from edge_runtime.decoders import DECODERS, decoded, make_decoder
 from edge_runtime.errors import ConfigError
 
 SCHEMA = Path(__file__).resolve().parents[2] / "edge_runtime" / "schemas" / "result.schema.json"
@@ -23,7 +23,7 @@ MINIMAL_PARAMS: dict[str, dict[str, object]] = {
 
 
 def test_every_registered_decoder_builds_under_its_own_name() -> None:
-    assert set(decoder_names()) == set(MINIMAL_PARAMS)
+    assert set(DECODERS) == set(MINIMAL_PARAMS)
     for name, params in MINIMAL_PARAMS.items():
         assert make_decoder(name, params, ()).name == name
 

@@ -24,7 +24,7 @@ def test_same_model_on_another_backend_passes(face_package_dir: Path) -> None:
 
 
 def test_bf16_on_a_cpu_that_has_it_is_refused() -> None:
-    from edge_runtime.backends.openvino import device_capabilities
+    from edge_runtime.backends.openvino.backend import device_capabilities
 
     package = open_package(SAMPLES / "pose_detection")
     if "BF16" not in device_capabilities()["CPU"]:

@@ -33,8 +33,6 @@ SNAPSHOT_TOPIC = "edge/box/faces/snapshot"
 class FramesOnce(Source):
     """The given frames, one per read, then the end: a file played once, from memory."""
 
-    types = ("frames",)
-
     def __init__(self, frames: Sequence[np.ndarray]) -> None:
         super().__init__(SourceConfig(), "frames")
         self._frames = list(frames)

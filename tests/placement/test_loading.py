@@ -7,7 +7,7 @@ import pytest
 
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.package.loader import open_package
-from edge_runtime.placement.loading import default_state_dir, load_selected, look_at_box, select_for
+from edge_runtime.placement.loading import load_selected, look_at_box, select_for
 from edge_runtime.placement.selection import Overrides
 
 
@@ -39,11 +39,3 @@ def test_nothing_runnable_explains_every_choice(face_package_dir: Path) -> None:
     with pytest.raises(EdgeRuntimeError, match="nothing can run model face_detection_short_range") as error:
         load_selected(package, selection)
     assert "skipped:" in str(error.value)
-
-
-def test_state_dir_follows_systemd_then_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("STATE_DIRECTORY", f"{tmp_path}/a:{tmp_path}/b")
-    assert default_state_dir() == tmp_path / "a"
-    monkeypatch.delenv("STATE_DIRECTORY")
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
-    assert default_state_dir() == tmp_path / "xdg" / "edge-runtime"

@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from edge_runtime.backends import backend_class, make_options
+from edge_runtime.backends import make_options
 from edge_runtime.errors import ConfigError
 from edge_runtime.hardware import detect_devices
 from edge_runtime.placement.profiles import (
-    BACKEND_FORMATS,
     DeviceProfile,
     builtin_profiles,
     load_profiles,
@@ -132,11 +131,6 @@ def test_every_choice_gives_options_its_backend_accepts() -> None:
             options = make_options(choice.backend, choice.backend_options())
             assert options.device == choice.device
             assert options.precision == choice.precision
-
-
-def test_backend_formats_agree_with_the_backends() -> None:
-    for key, formats in BACKEND_FORMATS.items():
-        assert backend_class(key).formats == formats
 
 
 def write_profile(directory: Path, data: dict[str, Any], name: str | None = None) -> Path:

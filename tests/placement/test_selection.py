@@ -471,6 +471,9 @@ def test_stored_choice_goes_first_while_runnable(
     assert stored is not None
     assert (stored.variant_id, stored.metrics, stored.choice.delegate) == ("tflite/fp32", {"fps": 412.5}, "xnnpack")
     assert load_stored_choice(tmp_path / "state", "0" * 64) is None
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ConfigError, match=r"cannot store the choice in .*a-file/state.*pass --state-dir"):
+        store_choice(tmp_path / "a-file" / "state", key, litert_choice, "tflite/fp32")
 
     selection = select(face, box("ryzen-desktop"), statuses, profiles["generic-x86-cpu"], stored=stored)
     first = selection.candidates[0]

@@ -22,13 +22,13 @@ from edge_runtime.sources.camera import (
     ffmpeg_capture_options,
     open_with_ffmpeg,
 )
-from edge_runtime.sources.configs import FileSource, MotionGate, Reconnect, StreamSource, V4l2Source
+from edge_runtime.sources.configs import FileSourceConfig, MotionGate, Reconnect, StreamSourceConfig, V4l2SourceConfig
 
 FrameNumber = Callable[[np.ndarray], int]
 
 
 def file_source(path: Path, **fields: object) -> CameraSource:
-    source = make_source(FileSource.model_validate({"type": "file", "path": path, **fields}), "clip")
+    source = make_source(FileSourceConfig.model_validate({"type": "file", "path": path, **fields}), "clip")
     assert isinstance(source, CameraSource)
     return source
 
@@ -170,7 +170,7 @@ def test_missing_or_undecodable_file_is_a_config_error(tmp_path: Path) -> None:
 
 def stream_source(url: str, **fields: object) -> CameraSource:
     settings = {"stall_timeout_s": 1.5, "reconnect": Reconnect(initial_s=0.2, max_s=1.0, jitter=0.1), **fields}
-    source = make_source(StreamSource.model_validate({"type": "stream", "url": url, **settings}), "gate")
+    source = make_source(StreamSourceConfig.model_validate({"type": "stream", "url": url, **settings}), "gate")
     assert isinstance(source, CameraSource)
     return source
 
@@ -254,7 +254,9 @@ def test_http_stream_reconnects_after_the_server_goes_away(
 
 def test_missing_v4l2_device_is_an_outage_retried_until_closed(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="edge_runtime.sources")
-    config = V4l2Source(type="v4l2", device="/dev/video-missing-camera", reconnect=Reconnect(initial_s=0.05, max_s=0.1))
+    config = V4l2SourceConfig(
+        type="v4l2", device="/dev/video-missing-camera", reconnect=Reconnect(initial_s=0.05, max_s=0.1)
+    )
     source = make_source(config, "usb")
     source.start()
     try:

@@ -13,7 +13,7 @@ from source_media import read_all
 from edge_runtime.errors import ConfigError
 from edge_runtime.sources import make_source
 from edge_runtime.sources.base import Frame
-from edge_runtime.sources.configs import FolderSource
+from edge_runtime.sources.configs import FolderSourceConfig
 from edge_runtime.sources.folder import ImageFolderSource
 
 
@@ -35,7 +35,7 @@ def corner(frame: Frame) -> int:
 
 
 def folder_source(path: Path, **fields: object) -> ImageFolderSource:
-    source = make_source(FolderSource.model_validate({"type": "folder", "path": path, **fields}), "album")
+    source = make_source(FolderSourceConfig.model_validate({"type": "folder", "path": path, **fields}), "album")
     assert isinstance(source, ImageFolderSource)
     return source
 

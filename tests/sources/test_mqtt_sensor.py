@@ -18,7 +18,7 @@ from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.sources import make_source
 from edge_runtime.sources.base import MessageHandler, SourceContext, Window
-from edge_runtime.sources.configs import MqttSensorSource
+from edge_runtime.sources.configs import MqttSourceConfig
 from edge_runtime.sources.mqtt_sensor import MalformedPayloadError, MqttSensor, parse_payload
 
 
@@ -34,7 +34,7 @@ class RecordingContext:
 
 def sensor(length: int, stride: int, channels: int, **fields: object) -> tuple[MqttSensor, MessageHandler]:
     recorder = RecordingContext()
-    config = MqttSensorSource.model_validate(
+    config = MqttSourceConfig.model_validate(
         {
             "type": "mqtt",
             "topics": ["plant/+/vibration"],
@@ -158,14 +158,14 @@ def test_messages_after_close_are_ignored() -> None:
 
 
 def test_without_a_broker_connection_start_is_a_config_error() -> None:
-    config = MqttSensorSource(type="mqtt", topics=["t"], window={"length": 2, "stride": 1})  # type: ignore[arg-type]
+    config = MqttSourceConfig(type="mqtt", topics=["t"], window={"length": 2, "stride": 1})  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="broker connection"):
         make_source(config, "lonely").start()
 
 
 def test_end_to_end_through_mosquitto(mosquitto: Mosquitto) -> None:
     subscriber = MqttConnection(MqttSettings(host=mosquitto.host, port=mosquitto.port), "sensor-test")
-    config = MqttSensorSource.model_validate(
+    config = MqttSourceConfig.model_validate(
         {
             "type": "mqtt",
             "topics": ["lab/accel"],

@@ -11,12 +11,12 @@ from source_media import read_all
 
 from edge_runtime.errors import ConfigError
 from edge_runtime.sources import make_source
-from edge_runtime.sources.configs import ReplaySource
+from edge_runtime.sources.configs import ReplaySourceConfig
 from edge_runtime.sources.replay import ReplaySensor
 
 
 def replay(path: Path, length: int, stride: int, channels: int, **fields: object) -> ReplaySensor:
-    config = ReplaySource.model_validate(
+    config = ReplaySourceConfig.model_validate(
         {"type": "replay", "path": path, "window": {"length": length, "stride": stride, "channels": channels}, **fields}
     )
     source = make_source(config, "recording")

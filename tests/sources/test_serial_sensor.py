@@ -15,7 +15,7 @@ from waiting import wait_for
 
 from edge_runtime.sources import make_source
 from edge_runtime.sources.base import Window
-from edge_runtime.sources.configs import SerialSource
+from edge_runtime.sources.configs import SerialSourceConfig
 from edge_runtime.sources.serial_sensor import MalformedLineError, SerialSensor, parse_line
 
 
@@ -44,7 +44,7 @@ def port() -> Iterator[PseudoTerminal]:
 
 
 def serial_source(path: str, **fields: object) -> SerialSensor:
-    config = SerialSource.model_validate(
+    config = SerialSourceConfig.model_validate(
         {"type": "serial", "port": path, "window": {"length": 3, "stride": 1, "channels": 2}, **fields}
     )
     source = make_source(config, "imu")

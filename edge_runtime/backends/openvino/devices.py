@@ -1,5 +1,8 @@
 """OpenVINO's devices as this runtime sees them: which are on the box, and which precision each may run.
 
+OpenVINO names devices "CPU", "GPU.0" (asked for as "GPU"), "NPU", and virtual ones over them
+("AUTO:GPU,CPU").
+
 One `openvino.Core` serves the whole process (creating one loads every plugin). OpenVINO is imported
 inside the functions, so importing this module needs no OpenVINO.
 """
@@ -8,10 +11,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_runtime.errors import BackendUnavailableError, ConfigError
 from edge_runtime.package.manifest import Precision
+
+if TYPE_CHECKING:
+    from edge_runtime.hardware.facts import Hardware
 
 VIRTUAL_DEVICES = frozenset({"AUTO", "MULTI", "HETERO"})
 HINT_TYPE = {Precision.FP32: "f32", Precision.BF16: "bf16", Precision.FP16: "f16"}
@@ -111,3 +117,37 @@ def check_capable(device: str, precision: Precision, capabilities: Sequence[str]
             f"OpenVINO device {device} cannot run {precision.value}: its OPTIMIZATION_CAPABILITIES are "
             f"{', '.join(capabilities) or 'empty'}; set precision to one it can run ({', '.join(possible) or 'none'})"
         )
+
+
+def device_problem(device: str, listed: Sequence[str], hardware: Hardware) -> str | None:
+    """Why OpenVINO cannot open `device` here (each device of a virtual one), or None."""
+    head, _, rest = device.partition(":")
+    if head.upper() in VIRTUAL_DEVICES:
+        wanted = [name.strip() for name in rest.split(",") if name.strip() and not name.startswith("-")]
+    else:
+        wanted = [device]
+    for name in wanted:
+        if not (name in listed or any(d.startswith(name + ".") for d in listed)):
+            problem = f"OpenVINO does not list device {name} (it lists: {', '.join(listed) or 'none'})"
+            if name.startswith("NPU") and "npu" in hardware.facts:
+                problem += (
+                    "; /dev/accel is present, so the NPU user-space driver (libze_intel_npu) is missing "
+                    "or this user may not open /dev/accel (render group)"
+                )
+            return problem
+    return None
+
+
+def display_name(device: str, names: dict[str, str]) -> str | None:
+    """OpenVINO's full name for a device asked for as `device` ("GPU" names "GPU.0")."""
+    if device in names:
+        return names[device]
+    return next((name for listed, name in names.items() if listed.startswith(device + ".")), None)
+
+
+def offered_precisions(device: str, hardware: Hardware) -> list[str | None]:
+    """The variant's own precision, plus the lower float precisions the device offers."""
+    capabilities = hardware.openvino_capabilities(device) or ()
+    found: list[str | None] = [None] if "FP32" in capabilities else []
+    found += [name for name, cap in (("fp16", "FP16"), ("bf16", "BF16")) if cap in capabilities]
+    return found or [None]

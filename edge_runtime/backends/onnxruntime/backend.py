@@ -13,9 +13,9 @@ import ctypes
 import functools
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -33,13 +33,13 @@ from edge_runtime.backends.base import (
     options_as,
 )
 from edge_runtime.backends.host import available_cores, cpu_name
-from edge_runtime.backends.onnxruntime_precision import (
+from edge_runtime.backends.onnxruntime.precision import (
     ModelFacts,
     check_precision,
     effective_precision,
     inspect_model,
 )
-from edge_runtime.backends.onnxruntime_providers import (
+from edge_runtime.backends.onnxruntime.providers import (
     CUDA,
     DEVICE_KINDS,
     GPU_PROVIDERS,
@@ -49,12 +49,16 @@ from edge_runtime.backends.onnxruntime_providers import (
     ProviderEntry,
     build_providers,
     default_engine_cache_dir,
+    device_kind,
     engine_cache_dir,
     missing_providers,
     prepare_engine_cache,
+    provider_problem,
 )
 from edge_runtime.errors import BackendUnavailableError, ModelLoadError, ModelMismatchError
-from edge_runtime.package.manifest import ModelFormat
+
+if TYPE_CHECKING:
+    from edge_runtime.hardware.facts import Hardware
 
 __all__ = [
     "ORT_DTYPES",
@@ -97,8 +101,28 @@ def describe_runs_on(
 
 class OnnxRuntimeBackend(Backend):
     key: ClassVar[str] = "onnxruntime"
-    formats: ClassVar[frozenset[ModelFormat]] = frozenset({ModelFormat.ONNX})
     options_type: ClassVar[type[BackendOptions]] = OnnxRuntimeOptions
+
+    @classmethod
+    def device_problem(
+        cls, device: str, delegate: str | None, options: Mapping[str, Any], status: BackendStatus, hardware: Hardware
+    ) -> str | None:
+        return provider_problem(device, status.devices)
+
+    @classmethod
+    def device_name(
+        cls, device: str, delegate: str | None, options: Mapping[str, Any], status: BackendStatus
+    ) -> str | None:
+        return status.device_names.get(device_kind(device))
+
+    @classmethod
+    def measurable_choices(cls, status: BackendStatus, hardware: Hardware) -> list[dict[str, Any]]:
+        """TensorRT builds fp16 engines on request; the other providers run the variant's own precision."""
+        return [
+            {"device": device, "precision": precision}
+            for device in status.devices
+            for precision in ([None, "fp16"] if device.upper().startswith("TENSORRT") else [None])
+        ]
 
     @classmethod
     def probe(cls) -> BackendStatus:

@@ -8,21 +8,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from edge_runtime.backends.openvino_devices import first_line
+from edge_runtime.backends.openvino.devices import first_line
+from edge_runtime.config.base import StrictModel
 from edge_runtime.errors import ConfigError
 from edge_runtime.package.manifest import InputSpec
 
 
-class EmbeddedPreprocessing(BaseModel):
+class EmbeddedPreprocessing(StrictModel):
     """Preprocessing folded into the compiled graph, so the caller feeds raw uint8 NHWC frames.
 
     The device then does the conversion, colour swap, resize and normalisation itself (on a GPU or
     NPU that saves a host-side pass over every frame). Only a plain stretch resize can be folded.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     frame_height: int = Field(ge=1)
     frame_width: int = Field(ge=1)

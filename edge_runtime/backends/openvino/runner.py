@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from edge_runtime.backends.base import AsyncRunner, Callback, Outputs
-from edge_runtime.backends.openvino_devices import first_line
+from edge_runtime.backends.openvino.devices import first_line
 from edge_runtime.errors import ModelMismatchError
 
 

@@ -14,18 +14,19 @@ import ctypes
 import logging
 import platform
 import time
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from edge_runtime.backends.base import BackendOptions
+from edge_runtime.backends.base import BackendOptions, BackendStatus
 from edge_runtime.backends.host import cpu_name
-from edge_runtime.backends.litert_interpreter import InterpreterLibrary
+from edge_runtime.backends.litert.interpreter import InterpreterLibrary
 
 # Logged under the backend's name, the one logger a user sets up for LiteRT.
-log = logging.getLogger("edge_runtime.backends.litert")
+log = logging.getLogger("edge_runtime.backends.litert.backend")
 
 DelegateName = Literal["xnnpack", "edgetpu", "gpu", "external", "none"]
 EDGETPU_LIBRARIES = {"Linux": "libedgetpu.so.1", "Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}
@@ -89,6 +90,36 @@ def edgetpu_library() -> str:
 def edgetpu_name(device: str) -> str:
     kind = {"usb": " (USB)", "pci": " (PCIe)"}.get(device.partition(":")[0], "")
     return f"Coral Edge TPU{kind}"
+
+
+def edgetpu_prefix(edgetpu_device: str) -> str:
+    """How the probe lists the Edge TPU an `edgetpu_device` option ("usb:0", "pci", "") asks for."""
+    kind = edgetpu_device.partition(":")[0]
+    return f"edgetpu:{kind}" if kind in ("usb", "pci") else "edgetpu:"
+
+
+def edgetpu_problem(edgetpu_device: str, status: BackendStatus, delegate_libraries: Collection[str]) -> str | None:
+    """Why the edgetpu delegate cannot open the Edge TPU asked for, or None."""
+    if any(device.startswith(edgetpu_prefix(edgetpu_device)) for device in status.devices):
+        return None
+    problem = "Edge TPU delegate not usable by litert"
+    if "edgetpu" not in delegate_libraries:
+        problem += ": libedgetpu.so.1 not found (install libedgetpu1-std)"
+    if "Edge TPU" in status.reason:
+        problem += f" ({status.reason})"
+    return problem + f"; litert lists: {', '.join(status.devices) or 'nothing'}"
+
+
+def delegate_choices(devices: Sequence[str]) -> list[dict[str, Any]]:
+    """The CPU through XNNPACK, and each Edge TPU the probe lists, as choice fields."""
+    found: list[dict[str, Any]] = []
+    for device in devices:
+        kind, _, where = device.partition(":")
+        if kind == "edgetpu":
+            found.append({"device": "CPU", "delegate": "edgetpu", "options": {"edgetpu_device": where}})
+        else:
+            found.append({"device": "CPU", "delegate": "xnnpack", "options": {}})
+    return found
 
 
 def plugin_problem(library: str) -> str | None:

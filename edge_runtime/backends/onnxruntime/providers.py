@@ -20,7 +20,7 @@ from edge_runtime.errors import ConfigError
 from edge_runtime.package.manifest import Precision
 
 # Logged under the backend's name, the one logger a user sets up for ONNX Runtime.
-log = logging.getLogger("edge_runtime.backends.onnxruntime")
+log = logging.getLogger("edge_runtime.backends.onnxruntime.backend")
 
 CPU, CUDA, TENSORRT, OPENVINO = (
     "CPUExecutionProvider",
@@ -173,3 +173,17 @@ def missing_providers(wanted: Sequence[str], available: Sequence[str], version: 
         f"onnxruntime {version} has no {', '.join(missing)} (available: {', '.join(available)}); "
         f"install {' or '.join(packages)} in place of the plain onnxruntime package"
     )
+
+
+def device_kind(device: str) -> str:
+    """ "cuda:1" -> "CUDA": the execution-provider kind the probe lists devices by."""
+    return device.partition(":")[0].upper()
+
+
+def provider_problem(device: str, listed: Sequence[str]) -> str | None:
+    """Why this build of ONNX Runtime has no execution provider for `device`, or None."""
+    kind = device_kind(device)
+    if kind in listed:
+        return None
+    hint = "; CUDA and TensorRT need an onnxruntime-gpu build" if kind in ("CUDA", "TENSORRT") else ""
+    return f"onnxruntime has no {kind} execution provider (it has: {', '.join(listed) or 'none'}){hint}"

@@ -11,12 +11,12 @@ import mmap
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_runtime.backends.onnxruntime_providers import OPENVINO, TENSORRT
+from edge_runtime.backends.onnxruntime.providers import OPENVINO, TENSORRT
 from edge_runtime.errors import BackendUnavailableError
 from edge_runtime.package.manifest import Precision
 
 # Logged under the backend's name, the one logger a user sets up for ONNX Runtime.
-log = logging.getLogger("edge_runtime.backends.onnxruntime")
+log = logging.getLogger("edge_runtime.backends.onnxruntime.backend")
 
 # Op types that only appear in quantized graphs (QDQ, QOperator and integer-matmul forms).
 QUANTIZED_MARKERS = ("QuantizeLinear", "QLinear", "MatMulInteger", "ConvInteger", "QGemm")

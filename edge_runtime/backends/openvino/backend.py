@@ -8,9 +8,9 @@ device's OPTIMIZATION_CAPABILITIES, and `runs_on.precision` is what the compiled
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from pydantic import Field
@@ -27,23 +27,29 @@ from edge_runtime.backends.base import (
     TensorSpec,
     options_as,
 )
-from edge_runtime.backends.openvino_devices import (
+from edge_runtime.backends.openvino.devices import (
     FROM_HINT_TYPE,
     HINT_TYPE,
     VIRTUAL_DEVICES,
     check_capable,
     device_capabilities,
     device_family,
+    device_problem,
+    display_name,
     first_line,
     float_precision_for,
+    offered_precisions,
     openvino_core,
     require_core,
     resolve_device,
 )
-from edge_runtime.backends.openvino_preprocessing import EmbeddedPreprocessing, fold_preprocessing
-from edge_runtime.backends.openvino_runner import OpenVinoAsyncRunner, shareable
+from edge_runtime.backends.openvino.preprocessing import EmbeddedPreprocessing, fold_preprocessing
+from edge_runtime.backends.openvino.runner import OpenVinoAsyncRunner, shareable
 from edge_runtime.errors import ConfigError, ModelLoadError, ModelMismatchError
-from edge_runtime.package.manifest import ModelFormat, Precision
+from edge_runtime.package.manifest import Precision
+
+if TYPE_CHECKING:
+    from edge_runtime.hardware.facts import Hardware
 
 __all__ = [
     "EmbeddedPreprocessing",
@@ -204,9 +210,28 @@ class OpenVinoBackend(Backend):
     """A model compiled by OpenVINO; `infer` reuses one request, so call it from one thread at a time."""
 
     key: ClassVar[str] = "openvino"
-    formats: ClassVar[frozenset[ModelFormat]] = frozenset({ModelFormat.OPENVINO, ModelFormat.ONNX, ModelFormat.TFLITE})
     options_type: ClassVar[type[BackendOptions]] = OpenVinoOptions
     reads_hint: ClassVar[bool] = True
+
+    @classmethod
+    def device_problem(
+        cls, device: str, delegate: str | None, options: Mapping[str, Any], status: BackendStatus, hardware: Hardware
+    ) -> str | None:
+        return device_problem(device, status.devices, hardware)
+
+    @classmethod
+    def device_name(
+        cls, device: str, delegate: str | None, options: Mapping[str, Any], status: BackendStatus
+    ) -> str | None:
+        return display_name(device, status.device_names)
+
+    @classmethod
+    def measurable_choices(cls, status: BackendStatus, hardware: Hardware) -> list[dict[str, Any]]:
+        return [
+            {"device": device, "precision": precision}
+            for device in status.devices
+            for precision in offered_precisions(device, hardware)
+        ]
 
     @classmethod
     def probe(cls) -> BackendStatus:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,19 +35,24 @@ from edge_runtime.backends.base import (
     options_as,
 )
 from edge_runtime.backends.host import available_cores, cpu_name
-from edge_runtime.backends.litert_delegates import (
+from edge_runtime.backends.litert.delegates import (
     DelegateChoice,
     DelegateError,
     DelegateName,
     LiteRtOptions,
+    delegate_choices,
     edgetpu_devices,
     edgetpu_library,
     edgetpu_name,
+    edgetpu_prefix,
+    edgetpu_problem,
     plugin_problem,
 )
-from edge_runtime.backends.litert_interpreter import import_interpreter, interpreter_library
+from edge_runtime.backends.litert.interpreter import import_interpreter, interpreter_library
 from edge_runtime.errors import BackendUnavailableError, ModelLoadError, ModelMismatchError
-from edge_runtime.package.manifest import ModelFormat
+
+if TYPE_CHECKING:
+    from edge_runtime.hardware.facts import Hardware
 
 __all__ = ["LiteRtBackend", "LiteRtOptions", "edgetpu_library", "import_interpreter"]
 
@@ -112,8 +117,30 @@ class _Session:
 
 class LiteRtBackend(Backend):
     key = "litert"
-    formats = frozenset({ModelFormat.TFLITE})
     options_type = LiteRtOptions
+
+    @classmethod
+    def device_problem(
+        cls, device: str, delegate: str | None, options: Mapping[str, Any], status: BackendStatus, hardware: Hardware
+    ) -> str | None:
+        """The CPU kernels are always there; gpu and external delegates are known only by loading them."""
+        if delegate != "edgetpu":
+            return None
+        return edgetpu_problem(str(options.get("edgetpu_device", "")), status, hardware.delegate_libraries)
+
+    @classmethod
+    def device_name(
+        cls, device: str, delegate: str | None, options: Mapping[str, Any], status: BackendStatus
+    ) -> str | None:
+        names = status.device_names
+        if delegate != "edgetpu":
+            return names.get("cpu")
+        prefix = edgetpu_prefix(str(options.get("edgetpu_device", "")))
+        return next((name for key, name in names.items() if key.startswith(prefix)), None)
+
+    @classmethod
+    def measurable_choices(cls, status: BackendStatus, hardware: Hardware) -> list[dict[str, Any]]:
+        return [{**fields, "precision": None} for fields in delegate_choices(status.devices)]
 
     @classmethod
     def probe(cls) -> BackendStatus:
