@@ -27,8 +27,10 @@ from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.publisher import Publisher
 from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.mqtt.spool import Spool
+from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.loader import open_package
-from edge_runtime.pipeline.streaming import Pipeline, PublishPolicy
+from edge_runtime.pipeline.outputs import PublishPolicy
+from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.model import LoadedModel, load_model
 from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceConfig
 
@@ -175,8 +177,7 @@ class Daemon:
     def run(self, model: LoadedModel, source: Source) -> Pipeline:
         pipeline = Pipeline(
             name="bench",
-            device_id=DEVICE_ID,
-            topic_prefix="edge",
+            topics=Topics("edge", DEVICE_ID),
             source=source,
             model=model,
             decoder=decoder_for(model),

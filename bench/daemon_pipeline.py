@@ -42,10 +42,12 @@ import numpy as np
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
+from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.loader import open_package
+from edge_runtime.pipeline.outputs import PublishPolicy
 from edge_runtime.pipeline.preprocess import ImagePreprocessor
 from edge_runtime.pipeline.results import ModelInfo, RuntimeInfo, StageLatency, build_result, encode
-from edge_runtime.pipeline.streaming import Pipeline, PublishPolicy
+from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.sources import make_source
 from edge_runtime.sources.configs import FileSourceConfig
 
@@ -108,8 +110,7 @@ def unpublished_fps(package: Path, image: np.ndarray, seconds: float, at_input_s
         sink = DroppedResults()
         pipeline = Pipeline(
             name="bench",
-            device_id=DEVICE_ID,
-            topic_prefix="edge",
+            topics=Topics("edge", DEVICE_ID),
             source=StillFrames(image),
             model=model,
             decoder=decoder_for(model),

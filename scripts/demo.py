@@ -127,8 +127,10 @@ def run_with_broker(binary: str) -> int:
 def run_locally() -> int:
     """No broker: the same source, model and decoder, with results printed instead of published."""
     from edge_runtime.decoders import make_decoder
+    from edge_runtime.mqtt.topics import Topics
     from edge_runtime.package.loader import open_package
-    from edge_runtime.pipeline.streaming import Pipeline, PublishPolicy
+    from edge_runtime.pipeline.outputs import PublishPolicy
+    from edge_runtime.pipeline.streaming import Pipeline
     from edge_runtime.placement.loading import load_selected, look_at_box, select_for
     from edge_runtime.sources import make_source
     from edge_runtime.sources.configs import FileSourceConfig
@@ -150,8 +152,7 @@ def run_locally() -> int:
     assert decoder is not None
     pipeline = Pipeline(
         name="faces",
-        device_id=DEVICE_ID,
-        topic_prefix="edge",
+        topics=Topics("edge", DEVICE_ID),
         source=make_source(FileSourceConfig(type="file", path=CLIP, realtime=True), f"file:{CLIP}"),
         model=model,
         decoder=make_decoder(decoder.name, decoder.params, package.manifest.labels),

@@ -8,12 +8,12 @@ listing or probing backends never fails because one library is missing.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from edge_runtime.backends.base import Backend, BackendOptions, BackendStatus, ModelSource
+from edge_runtime.config.registry import load_class
 from edge_runtime.errors import ConfigError, UnknownNameError
 from edge_runtime.package.manifest import ModelFormat
 
@@ -76,9 +76,7 @@ def backend_record(key: str) -> BackendRecord:
 
 
 def backend_class(key: str) -> type[Backend]:
-    record = backend_record(key)
-    cls: type[Backend] = getattr(importlib.import_module(record.module), record.class_name)
-    return cls
+    return load_class("backend", key, {k: (r.module, r.class_name) for k, r in BACKENDS.items()}, Backend)
 
 
 def backend_for_format(model_format: ModelFormat) -> str:

@@ -9,13 +9,12 @@ its change signature).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from edge_runtime.config.registry import load_class
 from edge_runtime.decoders.base import Decoder
 from edge_runtime.decoders.decoded import Decoded
-from edge_runtime.errors import UnknownNameError
 
 __all__ = ["DECODERS", "Decoded", "Decoder", "decoder_class", "make_decoder"]
 
@@ -32,11 +31,7 @@ DECODERS: dict[str, tuple[str, str]] = {
 
 
 def decoder_class(name: str) -> type[Decoder]:
-    if name not in DECODERS:
-        raise UnknownNameError("decoder", name, tuple(DECODERS))
-    module, class_name = DECODERS[name]
-    cls: type[Decoder] = getattr(importlib.import_module(module), class_name)
-    return cls
+    return load_class("decoder", name, DECODERS, Decoder)
 
 
 def make_decoder(name: str, params: Mapping[str, Any], labels: tuple[str, ...] = ()) -> Decoder:

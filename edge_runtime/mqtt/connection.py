@@ -38,6 +38,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from edge_runtime.errors import ConfigError
 from edge_runtime.mqtt.settings import MqttSettings, TlsSettings
+from edge_runtime.mqtt.topics import Topics
 
 log = logging.getLogger(__name__)
 PAHO_LOGGER = "edge_runtime.mqtt.paho"
@@ -54,7 +55,7 @@ class MqttConnection:
         self.settings = settings
         self.device_id = device_id
         self.client_id = settings.client_id or device_id
-        self.status_topic = f"{settings.topic_prefix}/{device_id}/status"
+        self.status_topic = Topics(settings.topic_prefix, device_id).status
         self.connected = False
         self.connect_count = 0  # successful connects; a change tells the publisher a new session began
         self.reconnects = 0

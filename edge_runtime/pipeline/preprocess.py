@@ -9,6 +9,7 @@ are reported where they are in the picture the camera took.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import cv2
 import numpy as np
@@ -36,6 +37,18 @@ class FrameTransform:
         sx = (x * self.input_width - self.offset_x) / self.scale_x
         sy = (y * self.input_height - self.offset_y) / self.scale_y
         return np.minimum(np.maximum(sx, 0), self.source_width), np.minimum(np.maximum(sy, 0), self.source_height)
+
+
+class Preprocessor(Protocol):
+    """Raw input (a BGR frame, or a window of sensor samples) → the model's input tensor and, for frames, the
+    transform back to source pixels (None for windows)."""
+
+    def __call__(self, data: np.ndarray, /) -> tuple[np.ndarray, FrameTransform | None]: ...
+
+
+def preprocessor_for(spec: InputSpec, tensor: TensorSpec) -> Preprocessor:
+    """Image preprocessing for inputs with a spatial size, window preprocessing for the others."""
+    return ImagePreprocessor(spec, tensor) if spec.spatial_size else WindowPreprocessor(spec, tensor)
 
 
 class ImagePreprocessor:
@@ -74,7 +87,7 @@ class ImagePreprocessor:
         # BGR frame channel feeding each model channel, when the colour order is a pure permutation
         self._source_channel = (2, 1, 0) if self._colour == "RGB" else (0, 1, 2)
 
-    def __call__(self, frame_bgr: np.ndarray) -> tuple[np.ndarray, FrameTransform]:
+    def __call__(self, frame_bgr: np.ndarray, /) -> tuple[np.ndarray, FrameTransform]:
         image, transform = self._fit(frame_bgr)
         if self._colour == "GRAY":
             image = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)[..., np.newaxis]
@@ -188,7 +201,8 @@ class WindowPreprocessor:
         self._offset = np.broadcast_to(offset, (channels,)) if spec.layout != "NC" else offset
         self._dtype = np.dtype(tensor.dtype)
 
-    def __call__(self, samples: np.ndarray) -> np.ndarray:
+    def __call__(self, samples: np.ndarray, /) -> tuple[np.ndarray, None]:
+        """The window as the model's input tensor; no transform, since a window has no pixels to map back."""
         values = samples.astype(np.float32) * self._scale + self._offset
         if np.issubdtype(self._dtype, np.integer):
             info = np.iinfo(self._dtype)
@@ -203,4 +217,4 @@ class WindowPreprocessor:
                 f"input {self.tensor.name}: a window gives shape {list(tensor.shape)}, the model takes "
                 f"{list(self.spec.shape)}; set the source's window length and channels to match"
             )
-        return tensor
+        return tensor, None

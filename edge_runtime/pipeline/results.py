@@ -1,4 +1,4 @@
-"""Result messages: what subscribers receive on `<prefix>/<device_id>/<pipeline>/result`.
+"""Result messages: what subscribers receive on a pipeline's result topic (see `edge_runtime.mqtt.topics`).
 
 The schema is documented as JSON Schema in `edge_runtime/schemas/result.schema.json` and every
 message the tests see is validated against it. Each message carries a unique `id`: delivery is
@@ -90,7 +90,3 @@ def result_schema() -> dict[str, Any]:
     text = resources.files("edge_runtime.schemas").joinpath("result.schema.json").read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
-
-
-def result_topic(prefix: str, device_id: str, pipeline: str) -> str:
-    return f"{prefix}/{device_id}/{pipeline}/result"

@@ -5,8 +5,9 @@ submits them to the backend's async runner, which blocks while the runner is ful
 backpressure that makes a live camera drop stale frames at the source instead of queueing them.
 The runner hands each finished request's outputs to a bounded post queue, from a thread of its own
 (OpenVINO's completion thread, LiteRT's and ONNX Runtime's worker threads). The post
-thread decodes, builds the result message and gives it to the publisher, which spools it to disk
-before anything can be lost.
+thread decodes and describes the result, then gives it to each of the pipeline's outputs (see
+`outputs`): the result message to the publisher, which spools it to disk before anything can be lost,
+a snapshot, a mask.
 """
 
 from __future__ import annotations
@@ -15,86 +16,67 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import cv2
-import numpy as np
 
 from edge_runtime.backends.base import AsyncRunner, Outputs
 from edge_runtime.decoders.base import Decoder
-from edge_runtime.decoders.decoded import Decoded, Segmentation
+from edge_runtime.decoders.decoded import Decoded
+from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.manifest import InputSpec
-from edge_runtime.pipeline.preprocess import FrameTransform, ImagePreprocessor, WindowPreprocessor
-from edge_runtime.pipeline.results import ModelInfo, RuntimeInfo, StageLatency, build_result, encode, result_topic
+from edge_runtime.pipeline.outputs import Described, MessageSink, Output, PublishPolicy, publish_outputs
+from edge_runtime.pipeline.preprocess import FrameTransform, Preprocessor, preprocessor_for
+from edge_runtime.pipeline.results import ModelInfo, RuntimeInfo, StageLatency, build_result
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.service.stats import PipelineStats
 from edge_runtime.sources.base import EndOfSource, Frame, Item, Source
 
 log = logging.getLogger(__name__)
 
-_IDENTITY = FrameTransform(1, 1, 1.0, 1.0, 0.0, 0.0, 1, 1)
-
-
-class ResultSink(Protocol):
-    def publish(self, topic: str, payload: bytes, qos: int, retain: bool) -> None: ...
-
-
-@dataclass(frozen=True)
-class PublishPolicy:
-    qos: int = 1
-    retain: bool = False
-    only_on_change: bool = False
-    min_score: float | None = None
-    snapshot_interval_s: float | None = None  # None: no snapshots
-    jpeg_quality: int = 80
+__all__ = ["Pipeline", "PublishPolicy"]
 
 
 @dataclass
 class _Job:
     item: Item
-    transform: FrameTransform
+    transform: FrameTransform | None  # None for sensor windows, which have no pixels to map back to
     submitted: float  # perf_counter
     pre_ms: float
 
 
 class Pipeline:
+    """One source's items through one model; results go to the outputs `publish_outputs` makes of the policy,
+    plus any `extra_outputs`."""
+
     def __init__(
         self,
         *,
         name: str,
-        device_id: str,
-        topic_prefix: str,
+        topics: Topics,
         source: Source,
         model: LoadedModel,
         decoder: Decoder,
         input_spec: InputSpec,
         policy: PublishPolicy,
-        sink: ResultSink,
+        sink: MessageSink,
+        extra_outputs: Sequence[Output] = (),
         max_in_flight: int | None = None,
         on_progress: Callable[[str], None] | None = None,
         on_waiting: Callable[[str, str], None] | None = None,
     ) -> None:
         self.name = name
-        self.device_id = device_id
+        self.device_id = topics.device_id
         self.source = source
         self.model = model
         self.decoder = decoder
         self.policy = policy
-        self.sink = sink
+        self.outputs = [*publish_outputs(policy, topics, name, sink), *extra_outputs]
         self.stats = PipelineStats(name)
         self.finished = threading.Event()
         self._on_progress = on_progress or (lambda _name: None)
         self._on_waiting = on_waiting or (lambda _name, _reason: None)
-        self._topic = result_topic(topic_prefix, device_id, name)
-        self._snapshot_topic = f"{topic_prefix}/{device_id}/{name}/snapshot"
-        self._mask_topic = f"{topic_prefix}/{device_id}/{name}/mask"
         self._max_in_flight = max_in_flight
-        tensor = model.inputs[0]
-        self._preprocess: Callable[[Any], Any] = (
-            ImagePreprocessor(input_spec, tensor) if input_spec.spatial_size else WindowPreprocessor(input_spec, tensor)
-        )
+        self._preprocess: Preprocessor = preprocessor_for(input_spec, model.inputs[0])
         self._model_info = _model_info(model)
         self._runtime = RuntimeInfo(
             model.backend.runs_on.backend, model.backend.runs_on.device, model.backend.runs_on.precision
@@ -103,7 +85,6 @@ class Pipeline:
         self._post_queue: queue.Queue[tuple[_Job, Outputs | None, BaseException | None] | None] = queue.Queue(64)
         self._stop = threading.Event()
         self._last_signature: object = None
-        self._last_snapshot = 0.0
         self._runner: AsyncRunner | None = None
         self._threads: list[threading.Thread] = []
 
@@ -144,8 +125,7 @@ class Pipeline:
                     continue
                 started = time.perf_counter()
                 data = item.image if isinstance(item, Frame) else item.samples
-                prepared = self._preprocess(data)
-                tensor, transform = prepared if isinstance(prepared, tuple) else (prepared, _IDENTITY)
+                tensor, transform = self._preprocess(data)
                 now = time.perf_counter()
                 self._runner.submit([tensor], _Job(item, transform, now, (now - started) * 1000))
         except Exception:
@@ -175,14 +155,13 @@ class Pipeline:
     def _publish_result(self, job: _Job, outputs: Outputs) -> None:
         inferred = time.perf_counter()
         infer_ms = (inferred - job.submitted) * 1000
-        transform = job.transform if isinstance(job.item, Frame) else None
-        decoded = self.decoder.decode(outputs, self.model.outputs, transform)
-        result = decoded.to_dict()
-        publish = self._wanted(decoded)
+        decoded = self.decoder.decode(outputs, self.model.outputs, job.transform)
+        keep = self._wanted(decoded)
+        result = decoded.to_dict() if keep else None
         post_ms = (time.perf_counter() - inferred) * 1000
         now = time.time()
         latency = StageLatency(job.pre_ms, infer_ms, post_ms, (now - job.item.captured_at) * 1000)
-        if publish:
+        if result is not None:
             message = build_result(
                 device_id=self.device_id,
                 pipeline=self.name,
@@ -197,11 +176,17 @@ class Pipeline:
                 task=self._task,
                 result=result,
             )
-            self.sink.publish(self._topic, encode(message), self.policy.qos, self.policy.retain)
-            self._maybe_snapshot(job.item, decoded)
-            if isinstance(decoded, Segmentation) and decoded.mask_png is not None:
-                self.sink.publish(self._mask_topic, decoded.mask_png, 0, True)
-        self.stats.record(vars(latency), publish)
+            self._hand_out(Described(job.item, decoded, message))
+        self.stats.record(vars(latency), keep)
+
+    def _hand_out(self, described: Described) -> None:
+        """Each output in turn; one that fails is logged and counted, and the next still runs."""
+        for output in self.outputs:
+            try:
+                output(described)
+            except Exception:
+                log.exception("pipeline %s: output %s failed", self.name, type(output).__name__)
+                self.stats.error()
 
     def _wanted(self, decoded: Decoded) -> bool:
         score = decoded.top_score
@@ -213,33 +198,6 @@ class Pipeline:
                 return False
             self._last_signature = signature
         return True
-
-    def _maybe_snapshot(self, item: Item, decoded: Decoded) -> None:
-        interval = self.policy.snapshot_interval_s
-        if interval is None or not isinstance(item, Frame):
-            return
-        now = time.monotonic()
-        if now - self._last_snapshot < interval:
-            return
-        self._last_snapshot = now
-        jpeg = annotate_jpeg(item.image, getattr(decoded, "detections", ()), self.policy.jpeg_quality)
-        self.sink.publish(self._snapshot_topic, jpeg, 0, True)
-
-
-def annotate_jpeg(image: np.ndarray, detections: Any, quality: int) -> bytes:
-    """The frame with boxes, labels and keypoints drawn, as JPEG."""
-    canvas = image.copy()
-    for detection in detections:
-        x0, y0, x1, y1 = (round(v) for v in detection.box)
-        cv2.rectangle(canvas, (x0, y0), (x1, y1), (0, 200, 0), 2)
-        caption = f"{detection.label} {detection.score:.2f}"
-        cv2.putText(canvas, caption, (x0, max(12, y0 - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 200, 0), 1)
-        for x, y in getattr(detection, "keypoints", ()):
-            cv2.circle(canvas, (int(x), int(y)), 2, (0, 0, 255), -1)
-    ok, encoded = cv2.imencode(".jpg", canvas, [cv2.IMWRITE_JPEG_QUALITY, quality])
-    if not ok:
-        raise RuntimeError("JPEG encoding failed")
-    return encoded.tobytes()
 
 
 def _model_info(model: LoadedModel) -> ModelInfo:

@@ -23,21 +23,20 @@ from types import FrameType
 from typing import Any
 
 from edge_runtime.config import DaemonConfig, PipelineConfig, diff_pipelines, load_config
-from edge_runtime.decoders import make_decoder
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.publisher import Publisher
 from edge_runtime.mqtt.spool import Spool
-from edge_runtime.pipeline.streaming import Pipeline, PublishPolicy
+from edge_runtime.mqtt.topics import Topics
+from edge_runtime.pipeline.build import build_pipeline
+from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.loading import Box, look_at_box
 from edge_runtime.placement.model_pool import ModelPool
 from edge_runtime.service.metrics import serve_metrics
 from edge_runtime.service.notify import SystemdNotifier
 from edge_runtime.service.stats import RateMeter, snapshot_dict
 from edge_runtime.service.watchdog import ProgressWatchdog
-from edge_runtime.sources import make_source
 from edge_runtime.sources.base import SourceContext
-from edge_runtime.sources.reconnect import mask_url
 
 log = logging.getLogger("edge_runtime")
 
@@ -58,6 +57,7 @@ def run_daemon(args: argparse.Namespace) -> int:
 class Daemon:
     def __init__(self, config: DaemonConfig, config_path: Path, box: Box, exit_when_done: bool = False) -> None:
         self.config = config
+        self.topics = Topics(config.mqtt.topic_prefix, config.device_id)
         self.config_path = config_path
         self.box = box
         self.exit_when_done = exit_when_done
@@ -131,36 +131,12 @@ class Daemon:
         model = self.model_pool.acquire(
             name, pipeline_config.model, self.config_path, unpaced=pipeline_config.source.unpaced
         )
-        manifest = model.package.manifest
-        decoder_spec = (
-            pipeline_config.decoder.applied_to(manifest.decoder) if pipeline_config.decoder else manifest.decoder
-        )
-        decoder = make_decoder(decoder_spec.name, decoder_spec.params, manifest.labels) if decoder_spec else None
-        input_spec = model.input_specs[0]
-        if pipeline_config.preprocess is not None:
-            input_spec = pipeline_config.preprocess.applied_to(input_spec)
-        source = make_source(pipeline_config.source, _describe_source(pipeline_config), self._source_context())
-        publish = pipeline_config.publish
-        snapshot = publish.snapshot
-        policy = PublishPolicy(
-            qos=publish.qos,
-            retain=publish.retain,
-            only_on_change=publish.only_on_change,
-            min_score=publish.min_score,
-            snapshot_interval_s=1.0 / snapshot.max_rate_hz if snapshot.enabled else None,
-            jpeg_quality=snapshot.jpeg_quality,
-        )
-        pipeline = Pipeline(
-            name=name,
-            device_id=self.config.device_id,
-            topic_prefix=self.config.mqtt.topic_prefix,
-            source=source,
-            model=model,
-            decoder=decoder or make_decoder("raw", {}),
-            input_spec=input_spec,
-            policy=policy,
+        pipeline = build_pipeline(
+            pipeline_config,
+            model,
+            topics=self.topics,
             sink=self.publisher,
-            max_in_flight=pipeline_config.model.max_in_flight,
+            source_context=self._source_context(),
             on_progress=self.watchdog.beat,
             on_waiting=self.watchdog.waiting,
         )
@@ -172,7 +148,7 @@ class Daemon:
         log.info(
             "pipeline %s: %s on %s %s (%s, %s%s), variant %s",
             name,
-            source.name,
+            pipeline.source.name,
             runs_on.backend,
             runs_on.device,
             runs_on.device_name,
@@ -233,8 +209,7 @@ class Daemon:
 
     def _publish_stats(self) -> None:
         report = self.report()
-        topic = f"{self.config.mqtt.topic_prefix}/{self.config.device_id}/stats"
-        self.publisher.publish(topic, json.dumps(report).encode(), qos=0)
+        self.publisher.publish(self.topics.stats, json.dumps(report).encode(), qos=0)
         for name, figures in report["pipelines"].items():
             infer = figures["latency_ms"].get("infer", {})
             log.info(
@@ -260,13 +235,3 @@ class Daemon:
         self.spool.close()
         self.model_pool.close()
         log.info("edge-runtime stopped")
-
-
-def _describe_source(pipeline_config: PipelineConfig) -> str:
-    source = pipeline_config.source
-    for field in ("url", "device", "path", "port"):
-        value = getattr(source, field, None)
-        if value is not None:
-            return f"{source.type}:{mask_url(str(value))}"
-    topics = getattr(source, "topics", None)
-    return f"{source.type}:{','.join(topics)}" if topics else source.type

@@ -24,7 +24,7 @@ class PipelineStats:
     results: int = 0  # inferences decoded
     published: int = 0  # result messages handed to the publisher
     filtered: int = 0  # results not published: unchanged, or below the score threshold
-    errors: int = 0  # inferences or decodes that failed
+    errors: int = 0  # inferences, decodes or outputs that failed
     latencies: dict[str, deque[float]] = field(default_factory=lambda: {s: deque(maxlen=_WINDOW) for s in STAGES})
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

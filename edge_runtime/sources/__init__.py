@@ -7,9 +7,7 @@ registered in `SOURCES` by type; the class is imported on first use. A new sourc
 
 from __future__ import annotations
 
-import importlib
-
-from edge_runtime.errors import UnknownNameError
+from edge_runtime.config.registry import load_class
 from edge_runtime.sources.base import Source, SourceConfig, SourceContext
 
 __all__ = ["SOURCES", "make_source", "source_class"]
@@ -26,11 +24,7 @@ SOURCES: dict[str, tuple[str, str]] = {
 
 
 def source_class(source_type: str) -> type[Source]:
-    if source_type not in SOURCES:
-        raise UnknownNameError("source type", source_type, tuple(SOURCES))
-    module, class_name = SOURCES[source_type]
-    cls: type[Source] = getattr(importlib.import_module(module), class_name)
-    return cls
+    return load_class("source type", source_type, SOURCES, Source)
 
 
 def make_source(config: SourceConfig, name: str, context: SourceContext | None = None) -> Source:

@@ -107,7 +107,8 @@ def test_sensor_windows_follow_the_layout(layout: str, shape: tuple[int, ...], e
     spec = InputSpec(shape=shape, layout=layout)  # type: ignore[arg-type]
     pre = WindowPreprocessor(spec, TensorSpec("x", shape, "float32"))
     window = np.arange(8, dtype=np.float32).reshape(4, 2)
-    assert np.array_equal(pre(window), np.asarray(expected, np.float32))
+    tensor, transform = pre(window)
+    assert np.array_equal(tensor, np.asarray(expected, np.float32)) and transform is None
 
 
 def test_sensor_window_quantized_and_wrong_length() -> None:
@@ -115,7 +116,7 @@ def test_sensor_window_quantized_and_wrong_length() -> None:
 
     spec = InputSpec(shape=(1, 3, 1), layout="NTC", mean=(1.0,), std=(2.0,))
     pre = WindowPreprocessor(spec, TensorSpec("x", spec.shape, "int8", Quantization(scale=0.5, zero_point=10)))
-    assert pre(np.array([[1.0], [3.0], [-1.0]], np.float32)).tolist() == [[[10], [12], [8]]]
+    assert pre(np.array([[1.0], [3.0], [-1.0]], np.float32))[0].tolist() == [[[10], [12], [8]]]
     with pytest.raises(ConfigError, match=r"a window gives shape \[1, 4, 1\], the model takes \[1, 3, 1\]"):
         pre(np.zeros((4, 1), np.float32))
 

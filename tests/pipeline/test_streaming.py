@@ -20,9 +20,11 @@ import pytest
 
 from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.base import Decoder
+from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.loader import open_package
+from edge_runtime.pipeline.outputs import Described, Output, PublishPolicy
 from edge_runtime.pipeline.results import result_schema
-from edge_runtime.pipeline.streaming import Pipeline, PublishPolicy
+from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.model import LoadedModel, load_model
 from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceConfig
 
@@ -91,20 +93,24 @@ def face_decoder(model: LoadedModel) -> Decoder:
 
 
 def run(
-    model: LoadedModel, images: Sequence[np.ndarray], policy: PublishPolicy, decoder: Decoder | None = None
+    model: LoadedModel,
+    images: Sequence[np.ndarray],
+    policy: PublishPolicy,
+    decoder: Decoder | None = None,
+    extra_outputs: Sequence[Output] = (),
 ) -> tuple[Pipeline, RecordingSink]:
     """Every image through a pipeline to its end, and what reached the sink."""
     sink = RecordingSink()
     pipeline = Pipeline(
         name="faces",
-        device_id="box",
-        topic_prefix="edge",
+        topics=Topics("edge", "box"),
         source=FramesOnce(images),
         model=model,
         decoder=decoder or face_decoder(model),
         input_spec=model.input_specs[0],
         policy=policy,
         sink=sink,
+        extra_outputs=extra_outputs,
     )
     pipeline.start()
     assert pipeline.finished.wait(30)
@@ -185,3 +191,20 @@ def _face_params(model: LoadedModel) -> dict[str, Any]:
     spec = model.package.manifest.decoder
     assert spec is not None
     return dict(spec.params)
+
+
+def test_a_failing_output_is_counted_and_the_others_still_run(
+    face_model: LoadedModel, frames: dict[str, np.ndarray]
+) -> None:
+    seen: list[int] = []
+
+    def broken(described: Described) -> None:
+        raise OSError("disk full")
+
+    def counting(described: Described) -> None:
+        seen.append(described.item.index)
+
+    pipeline, sink = run(face_model, [frames["face"]] * 3, PublishPolicy(), extra_outputs=[broken, counting])
+    assert [r["index"] for r in sink.results()] == [0, 1, 2]  # the result output ran before the broken one
+    assert seen == [0, 1, 2]  # and the one after it too
+    assert pipeline.stats.errors == 3

@@ -1,0 +1,44 @@
+"""Every MQTT topic the box publishes or listens on, built in this one place from the prefix and device id.
+
+    <prefix>/<device_id>/status                   online / offline (retained; the broker sends offline as the will)
+    <prefix>/<device_id>/stats                    counters and rates, every stats interval
+    <prefix>/<device_id>/<pipeline>/result        one message per result (schema: result.schema.json)
+    <prefix>/<device_id>/<pipeline>/snapshot      annotated JPEG, rate-limited (retained)
+    <prefix>/<device_id>/<pipeline>/mask          segmentation mask PNG (retained)
+
+Subscribers (Home Assistant, Node-RED, cloud ingest) match on these, so they change only with the
+result schema's version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Topics"]
+
+
+@dataclass(frozen=True)
+class Topics:
+    prefix: str
+    device_id: str
+
+    @property
+    def device(self) -> str:
+        return f"{self.prefix}/{self.device_id}"
+
+    @property
+    def status(self) -> str:
+        return f"{self.device}/status"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.device}/stats"
+
+    def result(self, pipeline: str) -> str:
+        return f"{self.device}/{pipeline}/result"
+
+    def snapshot(self, pipeline: str) -> str:
+        return f"{self.device}/{pipeline}/snapshot"
+
+    def mask(self, pipeline: str) -> str:
+        return f"{self.device}/{pipeline}/mask"

@@ -1,0 +1,82 @@
+"""Building a pipeline from its config: the decoder, preprocessing overrides, source and outputs it names.
+
+The daemon acquires the model (shared between pipelines by the model pool) and hands the rest here, so
+the wiring between a `PipelineConfig` and a running `Pipeline` is read in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from edge_runtime.config import PipelineConfig
+from edge_runtime.decoders import make_decoder
+from edge_runtime.decoders.base import Decoder
+from edge_runtime.mqtt.topics import Topics
+from edge_runtime.pipeline.outputs import MessageSink, PublishPolicy
+from edge_runtime.pipeline.streaming import Pipeline
+from edge_runtime.placement.model import LoadedModel
+from edge_runtime.sources import make_source
+from edge_runtime.sources.base import SourceContext
+from edge_runtime.sources.reconnect import mask_url
+
+__all__ = ["build_pipeline", "describe_source"]
+
+
+def build_pipeline(
+    config: PipelineConfig,
+    model: LoadedModel,
+    *,
+    topics: Topics,
+    sink: MessageSink,
+    source_context: SourceContext,
+    on_progress: Callable[[str], None] | None = None,
+    on_waiting: Callable[[str, str], None] | None = None,
+) -> Pipeline:
+    """The pipeline `config` describes, on `model`; not started."""
+    input_spec = model.input_specs[0]
+    if config.preprocess is not None:
+        input_spec = config.preprocess.applied_to(input_spec)
+    return Pipeline(
+        name=config.name,
+        topics=topics,
+        source=make_source(config.source, describe_source(config), source_context),
+        model=model,
+        decoder=decoder_for(config, model),
+        input_spec=input_spec,
+        policy=publish_policy(config),
+        sink=sink,
+        max_in_flight=config.model.max_in_flight,
+        on_progress=on_progress,
+        on_waiting=on_waiting,
+    )
+
+
+def decoder_for(config: PipelineConfig, model: LoadedModel) -> Decoder:
+    """The manifest's decoder with the pipeline's overrides applied; raw outputs where the manifest names none."""
+    manifest = model.package.manifest
+    spec = config.decoder.applied_to(manifest.decoder) if config.decoder else manifest.decoder
+    return make_decoder(spec.name, spec.params, manifest.labels) if spec else make_decoder("raw", {})
+
+
+def publish_policy(config: PipelineConfig) -> PublishPolicy:
+    publish = config.publish
+    snapshot = publish.snapshot
+    return PublishPolicy(
+        qos=publish.qos,
+        retain=publish.retain,
+        only_on_change=publish.only_on_change,
+        min_score=publish.min_score,
+        snapshot_interval_s=1.0 / snapshot.max_rate_hz if snapshot.enabled else None,
+        jpeg_quality=snapshot.jpeg_quality,
+    )
+
+
+def describe_source(config: PipelineConfig) -> str:
+    """The source as logs and result messages name it, e.g. 'stream:rtsp://admin:***@10.0.0.2/h264'."""
+    source = config.source
+    for field in ("url", "device", "path", "port"):
+        value = getattr(source, field, None)
+        if value is not None:
+            return f"{source.type}:{mask_url(str(value))}"
+    topics = getattr(source, "topics", None)
+    return f"{source.type}:{','.join(topics)}" if topics else source.type
