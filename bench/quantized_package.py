@@ -2,9 +2,12 @@
 
 The model has seeded random weights (a network's speed does not depend on what its weights have learnt)
 and is converted by the project's own converter into openvino/fp32, openvino/int8 (NNCF) and tflite/fp32,
-tflite/int8 (full integer), calibrated on random crops and flips of scikit-image's sample photos, or on
-seeded noise. The conversion runs in a child process, so the measuring process never loads TensorFlow,
-and its package is kept in bench/.cache/ under a name that changes with the toolchain's versions.
+tflite/int8 (full integer), or into the variants a caller names (`int8_weight_range.py` asks for the
+ONNX ones too), calibrated on random crops and flips of scikit-image's sample photos, or on seeded noise.
+OpenVINO and ONNX int8 weights keep to 7 bits, the converter's default, unless full-range weights are
+asked for. The conversion runs in a child process, so the measuring process never loads TensorFlow, and
+its package is kept in bench/.cache/ under a name that changes with the toolchain's versions, the
+variants and the weight range.
 """
 
 from __future__ import annotations
@@ -47,41 +50,52 @@ def version(*distributions: str) -> str:
     return "missing"
 
 
-def package_key(seed: int, calibration: str) -> str:
+def package_key(seed: int, calibration: str, variants: tuple[str, ...], full_range_weights: bool) -> str:
     """Cache folder name: what the package depends on, so another toolchain or setting converts afresh."""
     tools = [version("tensorflow-cpu", "tensorflow"), version("keras"), version("openvino"), version("nncf")]
-    return "-".join(["mobilenet_v2", f"seed{seed}", calibration, *tools])
+    tools.append(version("onnxruntime"))
+    formats = "+".join(variant.replace("/", "_") for variant in sorted(variants))
+    weights = "w8" if full_range_weights else "w7"
+    return "-".join(["mobilenet_v2", f"seed{seed}", calibration, formats, weights, *tools])
 
 
-def converted_package(seed: int, calibration: str, reconvert: bool) -> Path:
+def converted_package(
+    seed: int,
+    calibration: str,
+    reconvert: bool,
+    variants: tuple[str, ...] = VARIANTS,
+    full_range_weights: bool = False,
+) -> Path:
     """The cached package, converted first when missing; the conversion runs in a child without TensorFlow here."""
-    target = CACHE / package_key(seed, calibration)
-    if not reconvert and cached(target):
+    target = CACHE / package_key(seed, calibration, variants, full_range_weights)
+    if not reconvert and cached(target, variants):
         return target
     shutil.rmtree(target, ignore_errors=True)
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     print(f"converting MobileNetV2 into {target} (once; later runs reuse it)", file=sys.stderr)
-    child = multiprocessing.get_context("spawn").Process(target=convert, args=(partial, seed, calibration))
+    child = multiprocessing.get_context("spawn").Process(
+        target=convert, args=(partial, seed, calibration, variants, full_range_weights)
+    )
     child.start()
     child.join()
     if child.exitcode != 0:
         raise SystemExit(f"the conversion failed (exit {child.exitcode}); its messages are above")
-    missing = set(VARIANTS) - set(open_package(partial).manifest.variants)
+    missing = set(variants) - set(open_package(partial).manifest.variants)
     if missing:
         raise SystemExit(f"the converter did not package {', '.join(sorted(missing))}: see {partial / 'report.md'}")
     partial.rename(target)
     return target
 
 
-def cached(package: Path) -> bool:
+def cached(package: Path, variants: tuple[str, ...]) -> bool:
     try:
-        return set(VARIANTS) <= set(open_package(package).manifest.variants)
+        return set(variants) <= set(open_package(package).manifest.variants)
     except EdgeRuntimeError:  # missing or damaged: converted again
         return False
 
 
-def convert(out_dir: Path, seed: int, calibration: str) -> None:
+def convert(out_dir: Path, seed: int, calibration: str, variants: tuple[str, ...], full_range_weights: bool) -> None:
     import keras
 
     from converters.cli import main as edge_convert
@@ -95,12 +109,13 @@ def convert(out_dir: Path, seed: int, calibration: str) -> None:
         model.save(work / "mobilenet_v2.keras")
         data = calibration_photos(work / "calibration", seed) if calibration == "photos" else noise(work, seed)
         argv = [str(work / "mobilenet_v2.keras"), "-o", str(out_dir), "--name", "mobilenet_v2", "--overwrite"]
-        argv += ["--variants", ",".join(VARIANTS), "--calibration", str(data), "--bench-seconds", "0"]
+        argv += ["--variants", ",".join(variants), "--calibration", str(data), "--bench-seconds", "0"]
         argv += ["--mean", "127.5", "--std", "127.5", "--color-order", "RGB", "--seed", str(seed)]
+        argv += ["--full-range-weights"] if full_range_weights else []
         sys.exit(edge_convert(argv))
 
 
-def calibration_photos(folder: Path, seed: int) -> Path:
+def calibration_photos(folder: Path, seed: int, count: int = CALIBRATION_SAMPLES, size: int = 224) -> Path:
     """Random square crops (40-100% of the short side) of the sample photos, half of them mirrored."""
     import cv2
     from skimage import data
@@ -108,7 +123,7 @@ def calibration_photos(folder: Path, seed: int) -> Path:
     folder.mkdir(parents=True)
     rng = np.random.default_rng(seed)
     photos = [_as_rgb(getattr(data, name)()) for name in PHOTOS]
-    for index in range(CALIBRATION_SAMPLES):
+    for index in range(count):
         photo = photos[index % len(photos)]
         height, width = photo.shape[:2]
         side = int(min(height, width) * rng.uniform(0.4, 1.0))
@@ -116,7 +131,7 @@ def calibration_photos(folder: Path, seed: int) -> Path:
         crop = photo[top : top + side, left : left + side]
         if rng.random() < 0.5:
             crop = crop[:, ::-1]
-        crop = cv2.resize(np.ascontiguousarray(crop), (224, 224), interpolation=cv2.INTER_AREA)
+        crop = cv2.resize(np.ascontiguousarray(crop), (size, size), interpolation=cv2.INTER_AREA)
         cv2.imwrite(str(folder / f"{index:03d}.png"), cv2.cvtColor(crop, cv2.COLOR_RGB2BGR))
     return folder
 
