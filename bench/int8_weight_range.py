@@ -65,13 +65,13 @@ from converters.pipeline import ConvertOptions, convert
 from converters.report import ConversionReport, VariantResult
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.backends.host import cpu_name
-from edge_runtime.benchmark import bench_feed, measure_latency, measure_throughput
 from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.decoded import Detections
 from edge_runtime.hardware.cpu import read_cpu
-from edge_runtime.model import LoadedModel, load_model
+from edge_runtime.measure.benchmark import bench_feed, measure_latency, measure_throughput
 from edge_runtime.package.loader import ModelPackage, open_package
-from edge_runtime.preprocess import FrameTransform, ImagePreprocessor
+from edge_runtime.pipeline.preprocess import FrameTransform, ImagePreprocessor
+from edge_runtime.placement.model import LoadedModel, load_model
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
