@@ -95,6 +95,11 @@ class BackendOptions(StrictModel):
         default=None, ge=1, description="Requests in flight in async mode; None asks the backend."
     )
     cache_dir: Path | None = Field(default=None, description="Where compiled models and engines are kept.")
+    dynamic_batch: bool = Field(
+        default=False,
+        description="Free the first dimension of every input so requests can run as one batch, where the backend "
+        "can (OpenVINO reshapes the model); other backends keep the model's own shapes.",
+    )
 
 
 OptionsT = TypeVar("OptionsT", bound=BackendOptions)

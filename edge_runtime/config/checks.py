@@ -27,12 +27,34 @@ def check_files(config: DaemonConfig) -> list[Problem]:
     for index, pipeline in enumerate(config.pipelines):
         if pipeline.enabled:
             problems += _check_pipeline(("pipelines", index), pipeline)
+    if config.serve is not None:
+        problems += _check_served(config)
     tls = config.mqtt.tls
     if tls is not None:
         for name in ("ca_file", "cert_file", "key_file"):
             file = getattr(tls, name)
             if file is not None and not file.is_file():
                 problems.append(Problem(("mqtt", "tls", name), f"file not found: {file}"))
+    return problems
+
+
+def _check_served(config: DaemonConfig) -> list[Problem]:
+    assert config.serve is not None
+    problems = []
+    for index, model in enumerate(config.serve.models):
+        where = ("serve", "models", index, "path")
+        if not model.path.exists():
+            problems.append(Problem(where, f"served model '{model.name}': not found: {model.path}"))
+            continue
+        try:
+            open_package(model.path)
+        except EdgeRuntimeError as error:
+            problems.append(Problem(where, f"served model '{model.name}': {error}"))
+    http = config.serve.http
+    for name in ("tls_cert_file", "tls_key_file"):
+        file = getattr(http, name)
+        if file is not None and not file.is_file():
+            problems.append(Problem(("serve", "http", name), f"file not found: {file}"))
     return problems
 
 

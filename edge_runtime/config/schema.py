@@ -6,13 +6,14 @@ Strict like the model manifest: an unknown or misspelt key is an error, because 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from edge_runtime.backends import BACKENDS, BackendKey
 from edge_runtime.config.base import StrictModel
@@ -204,6 +205,81 @@ class PipelineConfig(StrictModel):
         return self
 
 
+class BatchingSettings(StrictModel):
+    """Triton's dynamic batching rule: a batch leaves when full or when its oldest request waited the delay."""
+
+    max_batch_size: int = Field(
+        default=0,
+        ge=0,
+        le=256,
+        description="samples joined into one inference; 0 runs each request on its own, several in flight",
+    )
+    max_queue_delay_ms: float = Field(default=0.0, ge=0, le=10_000, description="longest wait for a batch to fill")
+    max_queue_size: int = Field(default=64, ge=1, le=100_000, description="requests waiting; more are refused (503)")
+    timeout_ms: float = Field(default=10_000.0, gt=0, description="a request still queued after this is refused")
+
+
+class ServedModelConfig(ModelConfig):
+    name: str = Field(description="the name requests use: /v2/models/<name>/infer")
+    batching: BatchingSettings = Field(default_factory=BatchingSettings)
+
+    @field_validator("name")
+    @classmethod
+    def _url_and_topic_safe(cls, name: str) -> str:
+        check_topic_safe(name)
+        if not all(c.isalnum() or c in "._-" for c in name):
+            raise ValueError(f"{name!r}: use letters, digits, '.', '_' and '-' only")
+        return name
+
+
+class HttpSettings(StrictModel):
+    enabled: bool = True
+    host: str = Field(default="127.0.0.1", min_length=1, description="address to listen on; loopback by default")
+    port: int = Field(default=8000, ge=0, lt=65536, description="TCP port; 0 lets the system choose a free one")
+    token: SecretStr | None = Field(
+        default=None, description="bearer token requests must carry (e.g. !credential serve-token); needed off loopback"
+    )
+    tls_cert_file: Path | None = Field(default=None, description="serve HTTPS with this certificate chain (PEM)")
+    tls_key_file: Path | None = Field(default=None, description="the certificate's private key (PEM)")
+    max_body_bytes: int = Field(default=16 << 20, ge=1024, description="larger requests are refused (413)")
+    read_timeout_s: float = Field(default=10.0, gt=0, description="a body slower than this is dropped (408)")
+
+    @model_validator(mode="after")
+    def _token_off_loopback(self) -> HttpSettings:
+        if self.enabled and self.token is None and not _is_loopback(self.host):
+            raise ValueError(
+                f"serving on {self.host}, off loopback, needs a token (token: !credential serve-token); "
+                "or serve on 127.0.0.1 behind a reverse proxy that authenticates"
+            )
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        return self
+
+
+class ServeSettings(StrictModel):
+    http: HttpSettings = Field(default_factory=HttpSettings)
+    models: tuple[ServedModelConfig, ...] = Field(min_length=1, description="the models requests may name")
+
+    @field_validator("models")
+    @classmethod
+    def _named_uniquely(cls, models: tuple[ServedModelConfig, ...]) -> tuple[ServedModelConfig, ...]:
+        seen: dict[str, int] = {}
+        for index, model in enumerate(models):
+            if model.name in seen:
+                raise ValueError(f"model name {model.name!r} is used by models[{seen[model.name]}] and models[{index}]")
+            seen[model.name] = index
+        return models
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 
@@ -220,7 +296,12 @@ class DaemonConfig(StrictModel):
     )
     stats: StatsSettings = Field(default_factory=StatsSettings, description="periodic counters")
     log_level: LogLevel = Field(default="info", description="debug, info, warning or error")
-    pipelines: tuple[PipelineConfig, ...] = Field(description="what this box runs; at least one pipeline")
+    serve: ServeSettings | None = Field(default=None, description="models answered on request, over HTTP")
+    pipelines: tuple[PipelineConfig, ...] = Field(
+        default=(),
+        validate_default=True,
+        description="what this box runs on its sources; at least one pipeline or served model",
+    )
 
     @field_validator("device_id")
     @classmethod
@@ -234,10 +315,10 @@ class DaemonConfig(StrictModel):
 
     @field_validator("pipelines")
     @classmethod
-    def _named_uniquely(cls, pipelines: tuple[PipelineConfig, ...]) -> tuple[PipelineConfig, ...]:
+    def _named_uniquely(cls, pipelines: tuple[PipelineConfig, ...], info: ValidationInfo) -> tuple[PipelineConfig, ...]:
         """Two pipelines with one name would publish to one topic and be indistinguishable on reload."""
-        if not pipelines:
-            raise ValueError("at least one pipeline is needed")
+        if not pipelines and info.data.get("serve") is None:
+            raise ValueError("at least one pipeline is needed, or models to serve")
         first_index: dict[str, int] = {}
         for index, pipeline in enumerate(pipelines):
             if pipeline.name in first_index:

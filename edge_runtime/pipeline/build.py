@@ -12,6 +12,7 @@ from edge_runtime.config import PipelineConfig
 from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.base import Decoder
 from edge_runtime.mqtt.topics import Topics
+from edge_runtime.package.manifest import DecoderSpec
 from edge_runtime.pipeline.outputs import MessageSink, PublishPolicy
 from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.model import LoadedModel
@@ -19,7 +20,7 @@ from edge_runtime.sources import make_source
 from edge_runtime.sources.base import SourceContext
 from edge_runtime.sources.reconnect import mask_url
 
-__all__ = ["build_pipeline", "describe_source"]
+__all__ = ["build_pipeline", "decoder_of", "describe_source"]
 
 
 def build_pipeline(
@@ -54,7 +55,13 @@ def build_pipeline(
 def decoder_for(config: PipelineConfig, model: LoadedModel) -> Decoder:
     """The manifest's decoder with the pipeline's overrides applied; raw outputs where the manifest names none."""
     manifest = model.package.manifest
-    spec = config.decoder.applied_to(manifest.decoder) if config.decoder else manifest.decoder
+    return decoder_of(model, config.decoder.applied_to(manifest.decoder) if config.decoder else manifest.decoder)
+
+
+def decoder_of(model: LoadedModel, spec: DecoderSpec | None = None) -> Decoder:
+    """The decoder `spec` names (default: the manifest's), with the package's labels; raw outputs without one."""
+    manifest = model.package.manifest
+    spec = spec or manifest.decoder
     return make_decoder(spec.name, spec.params, manifest.labels) if spec else make_decoder("raw", {})
 
 

@@ -13,7 +13,10 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edge_runtime.placement.model import LoadedModel
 
 SCHEMA_VERSION = 1
 
@@ -41,6 +44,17 @@ class StageLatency:
     infer: float
     post: float
     total: float
+
+
+def model_info(model: LoadedModel) -> ModelInfo:
+    package = model.package
+    variant = package.manifest.variants[model.variant_id]
+    return ModelInfo(package.name, package.manifest.version, model.variant_id, variant.files[0].sha256)
+
+
+def runtime_info(model: LoadedModel) -> RuntimeInfo:
+    runs_on = model.backend.runs_on
+    return RuntimeInfo(runs_on.backend, runs_on.device, runs_on.precision)
 
 
 def iso_time(epoch_seconds: float) -> str:

@@ -26,7 +26,7 @@ from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.manifest import InputSpec
 from edge_runtime.pipeline.outputs import Described, MessageSink, Output, PublishPolicy, publish_outputs
 from edge_runtime.pipeline.preprocess import FrameTransform, Preprocessor, preprocessor_for
-from edge_runtime.pipeline.results import ModelInfo, RuntimeInfo, StageLatency, build_result
+from edge_runtime.pipeline.results import StageLatency, build_result, model_info, runtime_info
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.service.stats import PipelineStats
 from edge_runtime.sources.base import EndOfSource, Frame, Item, Source
@@ -77,10 +77,8 @@ class Pipeline:
         self._on_waiting = on_waiting or (lambda _name, _reason: None)
         self._max_in_flight = max_in_flight
         self._preprocess: Preprocessor = preprocessor_for(input_spec, model.inputs[0])
-        self._model_info = _model_info(model)
-        self._runtime = RuntimeInfo(
-            model.backend.runs_on.backend, model.backend.runs_on.device, model.backend.runs_on.precision
-        )
+        self._model_info = model_info(model)
+        self._runtime = runtime_info(model)
         self._task = model.package.manifest.task.value
         self._post_queue: queue.Queue[tuple[_Job, Outputs | None, BaseException | None] | None] = queue.Queue(64)
         self._stop = threading.Event()
@@ -198,9 +196,3 @@ class Pipeline:
                 return False
             self._last_signature = signature
         return True
-
-
-def _model_info(model: LoadedModel) -> ModelInfo:
-    package = model.package
-    variant = package.manifest.variants[model.variant_id]
-    return ModelInfo(package.name, package.manifest.version, model.variant_id, variant.files[0].sha256)

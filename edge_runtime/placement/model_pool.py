@@ -7,8 +7,10 @@ compiled network, one set of weights in memory); each pipeline still gets its ow
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from edge_runtime.backends import backend_class
 from edge_runtime.config import ModelConfig
@@ -34,21 +36,36 @@ class ModelPool:
         self._models: dict[str, _Shared] = {}
         self._user_key: dict[str, str] = {}
 
-    def acquire(self, user: str, config: ModelConfig, config_file: Path, *, unpaced: bool = False) -> LoadedModel:
-        """The model for `user` (a pipeline name), loaded once per distinct model and settings.
+    def acquire(
+        self,
+        user: str,
+        config: ModelConfig,
+        config_file: Path,
+        *,
+        unpaced: bool = False,
+        options: Mapping[str, Any] | None = None,
+    ) -> LoadedModel:
+        """The model for `user` (a pipeline, or a served model), loaded once per distinct model and settings.
 
         `unpaced`: the pipeline's input is ready as fast as it is taken (see `SourceConfig.unpaced`), so the
-        throughput hint applies unless the config or the device profile names a hint.
+        throughput hint applies unless the config or the device profile names a hint. `options` are backend
+        options the user needs (a dynamic batch dimension for a served model), part of what is shared.
         """
         path = config.path if config.path.is_absolute() else config_file.parent / config.path
         package = open_package(path)
         overrides = Overrides(config.backend, config.device, config.precision, config.variant)
         selection = select_for(package, self.box, overrides, self.state_dir)
         defaults = _source_defaults(selection, config, unpaced)
-        key = f"{path.resolve()}|{config.model_dump_json(exclude={'path', 'max_in_flight'})}|{defaults}"
+        settings = config.model_dump_json(include=set(ModelConfig.model_fields) - {"path", "max_in_flight"})
+        key = f"{path.resolve()}|{settings}|{defaults}|{sorted((options or {}).items())}"
         shared = self._models.get(key)
         if shared is None:
-            extra = {"threads": config.threads, "hint": config.hint, "cache_dir": str(self.cache_dir)}
+            extra = {
+                "threads": config.threads,
+                "hint": config.hint,
+                "cache_dir": str(self.cache_dir),
+                **(options or {}),
+            }
             model, _ = load_selected(package, selection, extra, config.fidelity_tolerance, defaults)
             shared = self._models[key] = _Shared(model)
         else:

@@ -36,6 +36,7 @@ from edge_runtime.service.metrics import serve_metrics
 from edge_runtime.service.notify import SystemdNotifier
 from edge_runtime.service.stats import RateMeter, snapshot_dict
 from edge_runtime.service.watchdog import ProgressWatchdog
+from edge_runtime.serving.service import Serving
 from edge_runtime.sources.base import SourceContext
 
 log = logging.getLogger("edge_runtime")
@@ -74,6 +75,7 @@ class Daemon:
         self.publisher = Publisher(self.connection, self.spool, config.mqtt.spool)
         self.model_pool = ModelPool(box, config.state_dir, config.cache_dir)
         self.watchdog = ProgressWatchdog(self.notifier)
+        self.serving: Serving | None = None
 
     def run(self) -> int:
         self._install_signal_handlers()
@@ -83,10 +85,14 @@ class Daemon:
         try:
             for pipeline_config in self.config.enabled_pipelines:
                 self._start_pipeline(pipeline_config)
+            if self.config.serve is not None:
+                self.serving = Serving(self.config.serve, self.config.device_id, self.model_pool, self.config_path)
+                self.serving.start()
             connected = self.connection.wait_connected(CONNECT_WAIT_S)
             mode = "connected to the broker" if connected else "broker unreachable, spooling results"
-            self.notifier.ready(f"{len(self.pipelines)} pipelines running, {mode}")
-            log.info("edge-runtime ready: %s, %s", ", ".join(self.pipelines) or "no pipelines", mode)
+            served = f", serving {len(self.serving.models)} models" if self.serving else ""
+            self.notifier.ready(f"{len(self.pipelines)} pipelines running{served}, {mode}")
+            log.info("edge-runtime ready: %s%s, %s", ", ".join(self.pipelines) or "no pipelines", served, mode)
             self.watchdog.start()
             prometheus = self.config.stats.prometheus
             if prometheus.enabled:
@@ -179,6 +185,8 @@ class Daemon:
         diff = diff_pipelines(self.config, new)
         if diff.restart_all:
             log.warning("reload: device id, broker or directories changed; restart the service to apply them")
+        if new.serve != self.config.serve:
+            log.warning("reload: the serve section changed; restart the service to apply it")
         for name in (*diff.removed, *diff.changed):
             self._stop_pipeline(name, timeout=5.0)
         self.config = new
@@ -205,7 +213,10 @@ class Daemon:
         mqtt = asdict(publisher) | {"spool_depth": publisher.spool_messages}
         mqtt["dropped"] = publisher.dropped_full + publisher.dropped_age
         uptime = round(time.monotonic() - self._started, 1)
-        return {"device_id": self.config.device_id, "uptime_s": uptime, "pipelines": pipelines, "mqtt": mqtt}
+        report = {"device_id": self.config.device_id, "uptime_s": uptime, "pipelines": pipelines, "mqtt": mqtt}
+        if self.serving is not None:
+            report["serving"] = self.serving.report()
+        return report
 
     def _publish_stats(self) -> None:
         report = self.report()
@@ -228,6 +239,8 @@ class Daemon:
         if self._stop_metrics is not None:
             self._stop_metrics()
         deadline = time.monotonic() + STOP_BUDGET_S
+        if self.serving is not None:
+            self.serving.stop()
         for name in list(self.pipelines):
             self._stop_pipeline(name, timeout=max(1.0, (deadline - time.monotonic()) / 2))
         self.publisher.close(timeout=max(0.5, deadline - time.monotonic()))

@@ -221,3 +221,29 @@ def test_sensor_pipeline_counts_bad_messages_and_runs_on(
     assert wait_for(lambda: malformed() == 10, 20), daemon.log
     assert daemon.process.poll() is None
     assert daemon.stop() == 0
+
+
+def test_a_daemon_that_only_serves_answers_images_and_reports_its_queues(
+    mosquitto: Mosquitto,
+    face_package_dir: Path,
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., DaemonProcess],
+) -> None:
+    watcher = mosquitto.subscribe_collect("edge/test-box/stats")
+    port = free_port()
+    serve = {"http": {"port": port}, "models": [{"name": "faces", "path": str(face_package_dir)}]}
+    daemon = run_daemon(write_config(mosquitto, [], serve=serve))
+    assert wait_for(lambda: f"serving faces on http://127.0.0.1:{port}" in daemon.log, 60), daemon.log
+    photo = (Path(__file__).resolve().parents[2] / "samples/images/astronaut.jpg").read_bytes()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v2/models/faces/infer", photo, {"Content-Type": "image/jpeg"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        message = json.loads(response.read())
+    jsonschema.validate(message, result_schema())
+    assert message["device_id"] == "test-box" and [d["label"] for d in message["result"]["detections"]] == ["face"]
+    assert watcher.wait_until(
+        lambda m: any(json.loads(x.payload).get("serving", {}).get("faces", {}).get("request_success") for x in m),
+        timeout=10,
+    ), daemon.log
+    assert daemon.stop() == 0, daemon.log

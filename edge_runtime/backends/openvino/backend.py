@@ -82,6 +82,7 @@ class OpenVinoOptions(BackendOptions):
     static_shape: tuple[int, ...] | None = Field(
         default=None, description="Reshape the only input to this static shape (NPU needs static shapes)."
     )
+
     embedded_preprocessing: EmbeddedPreprocessing | None = None
     extra_properties: dict[str, str] = Field(default_factory=dict)
 
@@ -139,10 +140,20 @@ def _read_model(core: Any, path: Path) -> Any:
 
 
 def make_static(model: Any, options: OpenVinoOptions, needs_static: bool, path: Path) -> None:
-    """Reshape to `options.static_shape`, or pin a dynamic batch to 1 for devices that need static shapes."""
-    from openvino import PartialShape
+    """Reshape to `options.static_shape`, pin a dynamic batch to 1 for devices that need static shapes, or free
+    the batch dimension for `options.dynamic_batch`."""
+    from openvino import Dimension, PartialShape
 
-    if options.static_shape is not None:
+    if options.dynamic_batch:
+        if needs_static:
+            raise ConfigError(f"{path}: this device needs static shapes, so requests cannot be joined into batches")
+        shapes = {}
+        for port in model.inputs:
+            partial = port.get_partial_shape()
+            if partial.rank.is_dynamic or partial.rank.get_length() == 0:
+                raise ConfigError(f"{path} input {partial} has no batch dimension to free")
+            shapes[port] = PartialShape([Dimension(), *list(partial)[1:]])
+    elif options.static_shape is not None:
         if len(model.inputs) != 1:
             raise ConfigError(f"static_shape needs a model with one input; {path} has {len(model.inputs)}")
         shapes = {model.inputs[0]: PartialShape(list(options.static_shape))}

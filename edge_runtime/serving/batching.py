@@ -1,0 +1,208 @@
+"""One queue per served model: requests from HTTP and MQTT meet here and leave for the backend in batches.
+
+Triton's rule decides when a batch leaves: as soon as it holds `max_batch_size` samples, or when its
+oldest request has waited `max_queue_delay_ms`, whichever comes first. A batch is the requests' inputs
+joined along the first dimension and submitted to the model's async runner, so several batches (or,
+without batching, several single requests) are in flight at once, as OpenVINO's throughput streams
+want; the runner blocks while it is full, and the queue behind it fills instead.
+
+Admission is decided at the door: a queue already holding `max_queue_size` requests refuses the next
+at once (`QueueFull`: HTTP 503 with Retry-After), rather than letting every client wait longer. A
+request carries its deadline; one still queued when it passes is answered as timed out and never runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edge_runtime.backends.base import AsyncRunner, Outputs
+from edge_runtime.placement.model import LoadedModel
+from edge_runtime.serving.metrics import ModelMetrics
+
+__all__ = ["Batching", "InferenceQueue", "QueueFull", "RequestTimedOut"]
+
+log = logging.getLogger(__name__)
+
+Done = Callable[[Outputs | None, BaseException | None], None]
+
+
+class QueueFull(Exception):  # noqa: N818 - a refusal the caller answers, like Triton's "queue full"
+    def __init__(self, model: str, size: int) -> None:
+        super().__init__(f"model {model}: {size} requests already wait; try again shortly")
+        self.model = model
+        self.size = size
+
+
+class RequestTimedOut(Exception):  # noqa: N818 - a refusal the caller answers
+    def __init__(self, model: str, waited_ms: float) -> None:
+        super().__init__(f"model {model}: the request timed out after {waited_ms:.0f} ms in the queue")
+        self.model = model
+        self.waited_ms = waited_ms
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How a served model's requests are queued and joined; see the module docstring."""
+
+    max_batch_size: int = 0  # 0: requests are not joined, each runs on its own (several in flight)
+    max_queue_delay_ms: float = 0.0
+    max_queue_size: int = 64
+    timeout_ms: float = 10_000.0
+
+
+@dataclass
+class _Request:
+    inputs: list[np.ndarray]  # in the model's input order; the first dimension is the request's batch
+    size: int
+    done: Done
+    queued_at: float  # time.monotonic()
+    deadline: float
+
+
+@dataclass
+class _Batch:
+    requests: list[_Request]
+    started: float = field(default_factory=time.perf_counter)
+
+
+class InferenceQueue:
+    """A served model's queue and the thread that forms its batches; `submit` and `infer` are thread-safe."""
+
+    def __init__(self, name: str, model: LoadedModel, batching: Batching, metrics: ModelMetrics) -> None:
+        self.name = name
+        self.model = model
+        self.batching = batching
+        self.metrics = metrics
+        self._pending: deque[_Request] = deque()
+        self._samples = 0  # samples queued, for the "batch is full" rule
+        self._wake = threading.Condition()
+        self._closed = False
+        self._runner: AsyncRunner = model.backend.async_runner(self._finished)
+        self._thread = threading.Thread(target=self._form_batches, name=f"batch-{name}", daemon=True)
+        self._thread.start()
+
+    # -- the door -------------------------------------------------------------------------------------
+
+    def submit(self, inputs: Sequence[np.ndarray], done: Done, timeout_ms: float | None = None) -> None:
+        """Queue one request; `done(outputs, error)` is called once, from another thread. Raises QueueFull."""
+        now = time.monotonic()
+        timeout = self.batching.timeout_ms if timeout_ms is None else min(timeout_ms, self.batching.timeout_ms)
+        size = int(inputs[0].shape[0]) if self.batching.max_batch_size > 0 and inputs[0].ndim else 1
+        request = _Request(list(inputs), size, done, now, now + timeout / 1000)
+        with self._wake:
+            if self._closed:
+                raise RuntimeError(f"model {self.name} is no longer served")
+            if len(self._pending) >= self.batching.max_queue_size:
+                self.metrics.rejected()
+                raise QueueFull(self.name, len(self._pending))
+            self._pending.append(request)
+            self._samples += size
+            self._wake.notify()
+
+    async def infer(self, inputs: Sequence[np.ndarray], timeout_ms: float | None = None) -> Outputs:
+        """`submit` for asyncio callers: the outputs, or the error raised."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Outputs] = loop.create_future()
+
+        def done(outputs: Outputs | None, error: BaseException | None) -> None:
+            loop.call_soon_threadsafe(_settle, future, outputs, error)
+
+        self.submit(inputs, done, timeout_ms)
+        return await future
+
+    def close(self) -> None:
+        """Answer what is still queued as refused, finish what is in flight, stop the thread."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join()
+        self._runner.close()
+
+    # -- the batching thread --------------------------------------------------------------------------
+
+    def _form_batches(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            if batch:
+                self._run(batch)
+        with self._wake:
+            leftover, self._pending = list(self._pending), deque()
+        for request in leftover:
+            request.done(None, RuntimeError(f"model {self.name} stopped being served"))
+
+    def _next_batch(self) -> list[_Request] | None:
+        """The requests that leave together, once the rule says so; None when closed."""
+        limit = max(1, self.batching.max_batch_size)
+        delay = self.batching.max_queue_delay_ms / 1000 if self.batching.max_batch_size > 1 else 0.0
+        with self._wake:
+            while not self._closed:
+                if not self._pending:
+                    self._wake.wait()
+                    continue
+                wait = self._pending[0].queued_at + delay - time.monotonic()
+                if self._samples >= limit or wait <= 0:
+                    return self._take(limit)
+                self._wake.wait(wait)
+            return None
+
+    def _take(self, limit: int) -> list[_Request]:
+        """Whole requests from the front, up to `limit` samples; requests past their deadline are answered."""
+        batch: list[_Request] = []
+        taken = 0
+        now = time.monotonic()
+        while self._pending and (not batch or taken + self._pending[0].size <= limit):
+            request = self._pending.popleft()
+            self._samples -= request.size
+            if now > request.deadline:
+                self.metrics.timed_out()
+                request.done(None, RequestTimedOut(self.name, (now - request.queued_at) * 1000))
+                continue
+            batch.append(request)
+            taken += request.size
+        return batch
+
+    def _run(self, requests: list[_Request]) -> None:
+        started = time.monotonic()
+        for request in requests:
+            self.metrics.queued((started - request.queued_at) * 1000)
+        if len(requests) == 1:
+            inputs = requests[0].inputs
+        else:
+            inputs = [np.concatenate(parts) for parts in zip(*(r.inputs for r in requests), strict=True)]
+        try:
+            self._runner.submit(inputs, _Batch(requests))
+        except Exception as error:  # inputs the backend refuses are answered through _finished; this is the rest
+            self._finished(_Batch(requests), None, error)
+
+    def _finished(self, batch: _Batch, outputs: Outputs | None, error: BaseException | None) -> None:
+        compute_ms = (time.perf_counter() - batch.started) * 1000
+        samples = sum(r.size for r in batch.requests)
+        self.metrics.executed(samples, compute_ms, error is None)
+        if error is not None or outputs is None:
+            for request in batch.requests:
+                request.done(None, error or RuntimeError("the backend returned no outputs"))
+            return
+        if len(batch.requests) == 1:
+            batch.requests[0].done(outputs, None)
+            return
+        offset = 0
+        for request in batch.requests:
+            request.done([array[offset : offset + request.size] for array in outputs], None)
+            offset += request.size
+
+
+def _settle(future: asyncio.Future[Outputs], outputs: Outputs | None, error: BaseException | None) -> None:
+    if future.done():  # the client went away and the awaiting task was cancelled
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        assert outputs is not None
+        future.set_result(outputs)

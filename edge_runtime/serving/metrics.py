@@ -1,0 +1,76 @@
+"""Counters of a served model, in the spirit of Triton's: what came in, what ran, and how long it waited.
+
+`inference_count` counts samples and `execution_count` the batches they ran in, so their ratio is the
+mean batch size; the batch-size histogram shows how often each size left the queue. Times are
+milliseconds summed over the requests (queue) or the executions (compute), from which a reader takes
+means. The daemon puts `snapshot()` into its stats report, which the stats topic and the Prometheus
+endpoint both read.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+__all__ = ["ModelMetrics"]
+
+
+class ModelMetrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.request_success = 0
+        self.request_failure = 0
+        self.rejected_full = 0
+        self.timed_out_in_queue = 0
+        self.inference_count = 0
+        self.execution_count = 0
+        self.execution_failure = 0
+        self.queue_ms = 0.0
+        self.compute_ms = 0.0
+        self.batch_sizes: Counter[int] = Counter()
+
+    def request(self, ok: bool) -> None:
+        """One request answered: with its outputs, or with an error of any kind."""
+        with self._lock:
+            if ok:
+                self.request_success += 1
+            else:
+                self.request_failure += 1
+
+    def rejected(self) -> None:
+        with self._lock:
+            self.rejected_full += 1
+
+    def timed_out(self) -> None:
+        with self._lock:
+            self.timed_out_in_queue += 1
+
+    def queued(self, waited_ms: float) -> None:
+        with self._lock:
+            self.queue_ms += waited_ms
+
+    def executed(self, samples: int, compute_ms: float, ok: bool) -> None:
+        with self._lock:
+            self.execution_count += 1
+            self.compute_ms += compute_ms
+            if ok:
+                self.inference_count += samples
+                self.batch_sizes[samples] += 1
+            else:
+                self.execution_failure += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "request_success": self.request_success,
+                "request_failure": self.request_failure,
+                "rejected_queue_full": self.rejected_full,
+                "timed_out_in_queue": self.timed_out_in_queue,
+                "inference_count": self.inference_count,
+                "execution_count": self.execution_count,
+                "execution_failure": self.execution_failure,
+                "queue_ms_total": round(self.queue_ms, 3),
+                "compute_ms_total": round(self.compute_ms, 3),
+                "batch_sizes": {str(size): count for size, count in sorted(self.batch_sizes.items())},
+            }

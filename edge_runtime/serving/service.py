@@ -1,0 +1,130 @@
+"""The answering half of the daemon: the served models, their queues, and the HTTP endpoint in front of them.
+
+Models come from the daemon's model pool, so a model a pipeline already runs with the same settings is
+loaded once. Requests are joined into batches only where that is sound: every input and output of the
+loaded model must keep the batch as its first dimension (OpenVINO frees it on request; a graph that
+folds the batch into another dimension, as some TFLite detectors do, cannot be batched). Elsewhere the
+requests run side by side on the model's async runner, several in flight, which on a CPU with
+OpenVINO's throughput streams is often the faster of the two anyway. The choice is logged and shown
+in the model's metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from edge_runtime.config.schema import ServedModelConfig, ServeSettings
+from edge_runtime.pipeline.build import decoder_of
+from edge_runtime.placement.model import LoadedModel
+from edge_runtime.placement.model_pool import ModelPool
+from edge_runtime.serving.batching import Batching, InferenceQueue
+from edge_runtime.serving.http import HttpLimits, build_app
+from edge_runtime.serving.metrics import ModelMetrics
+from edge_runtime.serving.served import ServedModel
+
+__all__ = ["Serving", "batchable"]
+
+log = logging.getLogger(__name__)
+
+
+def batchable(model: LoadedModel) -> str | None:
+    """Why requests to `model` cannot be joined into batches, or None when they can."""
+    for kind, tensors in (("input", model.inputs), ("output", model.outputs)):
+        for tensor in tensors:
+            if not tensor.shape or tensor.shape[0] is not None:
+                return f"its {kind} {tensor.name} has the fixed shape {list(tensor.shape)}"
+    return None
+
+
+class Serving:
+    def __init__(self, settings: ServeSettings, device_id: str, pool: ModelPool, config_file: Path) -> None:
+        self.settings = settings
+        self.device_id = device_id
+        self.pool = pool
+        self.config_file = config_file
+        self.models: dict[str, ServedModel] = {}
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._socket: socket.socket | None = None
+
+    @property
+    def port(self) -> int | None:
+        return None if self._socket is None else int(self._socket.getsockname()[1])
+
+    def start(self) -> None:
+        for config in self.settings.models:
+            self.models[config.name] = self._serve(config)
+        if self.settings.http.enabled:
+            self._start_http()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for name, served in self.models.items():
+            served.queue.close()
+            self.pool.release(f"serve:{name}")
+        self.models.clear()
+
+    def report(self) -> dict[str, Any]:
+        return {name: served.metrics.snapshot() for name, served in self.models.items()}
+
+    def _serve(self, config: ServedModelConfig) -> ServedModel:
+        wanted = config.batching.max_batch_size
+        options = {"dynamic_batch": True} if wanted > 1 else {}
+        model = self.pool.acquire(f"serve:{config.name}", config, self.config_file, unpaced=True, options=options)
+        batch = wanted
+        if wanted > 1 and (why := batchable(model)) is not None:
+            log.warning("serving %s: requests run side by side, not in batches: %s", config.name, why)
+            batch = 0
+        batching = Batching(batch, config.batching.max_queue_delay_ms, config.batching.max_queue_size,
+                            config.batching.timeout_ms)  # fmt: skip
+        metrics = ModelMetrics()
+        queue = InferenceQueue(config.name, model, batching, metrics)
+        how = f"batches of up to {batch}" if batch > 1 else "requests side by side"
+        log.info("serving %s: %s, %s", config.name, model.label, how)
+        return ServedModel(config.name, model, queue, metrics, decoder_of(model), self.device_id, batch)
+
+    def _start_http(self) -> None:
+        import uvicorn
+
+        http = self.settings.http
+        token = http.token.get_secret_value() if http.token is not None else None
+        app = build_app(self.models, token, HttpLimits(http.max_body_bytes, http.read_timeout_s))
+        family = socket.AF_INET6 if ":" in http.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((http.host, http.port))
+        self._socket = sock
+        tls: dict[str, Any] = {}
+        if http.tls_cert_file is not None and http.tls_key_file is not None:
+            tls = {"ssl_certfile": str(http.tls_cert_file), "ssl_keyfile": str(http.tls_key_file)}
+            tls["ssl_version"] = ssl.PROTOCOL_TLS_SERVER
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=5, **tls)
+        self._server = uvicorn.Server(config)
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._run_http, args=(sock, started.set), name="http", daemon=True)
+        self._thread.start()
+        if not started.wait(10):
+            raise RuntimeError(f"the HTTP endpoint did not start on {http.host}:{self.port}")
+        scheme = "https" if tls else "http"
+        log.info("serving %s on %s://%s:%s", ", ".join(self.models), scheme, http.host, self.port)
+
+    def _run_http(self, sock: socket.socket, on_started: Callable[[], None]) -> None:
+        import asyncio
+
+        async def serve() -> None:
+            task = asyncio.ensure_future(self._server.serve(sockets=[sock]))
+            while not self._server.started and not task.done():
+                await asyncio.sleep(0.01)
+            on_started()
+            await task
+
+        asyncio.run(serve())

@@ -1,0 +1,248 @@
+"""The HTTP endpoint against clients nobody here wrote (tritonclient, plain HTTP), on real backends."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import numpy as np
+import pytest
+import tritonclient.http as triton
+from tritonclient.utils import InferenceServerException
+
+from edge_runtime.package.loader import open_package
+from edge_runtime.pipeline.results import result_schema
+from edge_runtime.placement.model import load_model
+from edge_runtime.serving.service import Serving
+
+StartServing = Callable[..., Serving]
+
+
+def client(serving: Serving) -> triton.InferenceServerClient:
+    return triton.InferenceServerClient(f"127.0.0.1:{serving.port}", network_timeout=30)
+
+
+def post(
+    serving: Serving, path: str, body: bytes, headers: dict[str, str] | None = None
+) -> tuple[int, Any, dict[str, str]]:
+    connection = http.client.HTTPConnection("127.0.0.1", serving.port, timeout=30)
+    connection.request("POST", path, body, headers or {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    payload = response.read()
+    answer = json.loads(payload) if response.getheader("content-type", "").startswith("application/json") else payload
+    return response.status, answer, dict(response.getheaders())
+
+
+def images(count: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, 1, (count, 3, 32, 32)).astype(np.float32)
+
+
+@pytest.fixture
+def classifier(start_serving: StartServing, batch_classifier: Path) -> Serving:
+    return start_serving([{"name": "classifier", "path": str(batch_classifier)}])
+
+
+def test_tritonclient_sees_a_live_server_and_the_models_metadata(classifier: Serving) -> None:
+    triton_client = client(classifier)
+    assert triton_client.is_server_live() and triton_client.is_server_ready()
+    assert triton_client.is_model_ready("classifier")
+    assert not triton_client.is_model_ready("nothing-here")
+    metadata = triton_client.get_model_metadata("classifier")
+    assert metadata["name"] == "classifier" and metadata["versions"] == ["1"]
+    assert metadata["inputs"] == [{"name": "image", "datatype": "FP32", "shape": [-1, 3, 32, 32]}]
+    assert metadata["outputs"] == [{"name": "probabilities", "datatype": "FP32", "shape": [-1, 10]}]
+    assert triton_client.get_server_metadata()["extensions"] == ["binary_tensor_data"]
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_infer_gives_what_the_model_gives_run_directly(
+    classifier: Serving, batch_classifier: Path, binary: bool
+) -> None:
+    batch = images(3)
+    tensor = triton.InferInput("image", list(batch.shape), "FP32")
+    tensor.set_data_from_numpy(batch, binary_data=binary)
+    wanted = triton.InferRequestedOutput("probabilities", binary_data=binary)
+    result = client(classifier).infer("classifier", [tensor], outputs=[wanted], request_id="r-1")
+    assert result.get_response()["id"] == "r-1"
+    served = classifier.models["classifier"].model
+    direct = load_model(open_package(batch_classifier), served.variant_id, served.backend.runs_on.backend,
+                        {"precision": "fp32", "dynamic_batch": True})  # fmt: skip
+    try:
+        np.testing.assert_allclose(result.as_numpy("probabilities"), direct.infer([batch])[0], rtol=1e-5, atol=1e-6)
+    finally:
+        direct.close()
+
+
+def test_concurrent_requests_leave_the_queue_in_batches(start_serving: StartServing, batch_classifier: Path) -> None:
+    batching = {"max_batch_size": 8, "max_queue_delay_ms": 50}
+    serving = start_serving([{"name": "classifier", "path": str(batch_classifier), "batching": batching}])
+    assert serving.models["classifier"].max_batch_size == 8
+
+    def one(index: int) -> np.ndarray:
+        tensor = triton.InferInput("image", [1, 3, 32, 32], "FP32")
+        sample = images(1, seed=index)
+        tensor.set_data_from_numpy(sample)
+        return client(serving).infer("classifier", [tensor]).as_numpy("probabilities")
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(one, range(16)))
+    assert all(answer.shape == (1, 10) for answer in answers)
+    figures = serving.report()["classifier"]
+    assert figures["inference_count"] == 16 and figures["request_success"] == 16
+    assert figures["execution_count"] < 16  # their ratio is the mean batch size: some requests ran together
+    assert max(int(size) for size in figures["batch_sizes"]) > 1
+
+
+def test_a_full_queue_answers_503_at_once(start_serving: StartServing, batch_classifier: Path) -> None:
+    batching = {"max_batch_size": 64, "max_queue_delay_ms": 1500, "max_queue_size": 2}
+    serving = start_serving([{"name": "classifier", "path": str(batch_classifier), "batching": batching}])
+    body = json.dumps({"inputs": [{"name": "image", "shape": [1, 3, 32, 32], "datatype": "FP32",
+                                   "data": images(1).ravel().tolist()}]}).encode()  # fmt: skip
+    with ThreadPoolExecutor(2) as pool:
+        waiting = [pool.submit(post, serving, "/v2/models/classifier/infer", body) for _ in range(2)]
+        time.sleep(0.5)  # both sit in the queue, waiting for the batch to fill
+        started = time.monotonic()
+        status, answer, headers = post(serving, "/v2/models/classifier/infer", body)
+        assert time.monotonic() - started < 1.0
+        assert status == 503 and headers["retry-after"] == "1" and "already wait" in answer["error"]
+        assert [future.result()[0] for future in waiting] == [200, 200]
+    assert serving.report()["classifier"]["rejected_queue_full"] == 1
+
+
+def test_a_request_past_its_timeout_is_answered_504_and_never_runs(
+    start_serving: StartServing, batch_classifier: Path
+) -> None:
+    batching = {"max_batch_size": 64, "max_queue_delay_ms": 600, "timeout_ms": 100}
+    serving = start_serving([{"name": "classifier", "path": str(batch_classifier), "batching": batching}])
+    body = json.dumps({"inputs": [{"name": "image", "shape": [1, 3, 32, 32], "datatype": "FP32",
+                                   "data": images(1).ravel().tolist()}]}).encode()  # fmt: skip
+    status, answer, _ = post(serving, "/v2/models/classifier/infer", body)
+    assert status == 504 and "timed out" in answer["error"]
+    figures = serving.report()["classifier"]
+    assert figures["timed_out_in_queue"] == 1 and figures["execution_count"] == 0
+
+
+def test_an_image_is_answered_with_the_result_message_of_the_pipeline(
+    start_serving: StartServing, face_package: Path, astronaut_bgr: np.ndarray
+) -> None:
+    serving = start_serving([{"name": "faces", "path": str(face_package)}])
+    jpeg = (Path(__file__).resolve().parents[2] / "samples/images/astronaut.jpg").read_bytes()
+    status, message, _ = post(serving, "/v2/models/faces/infer", jpeg, {"Content-Type": "image/jpeg"})
+    assert status == 200, message
+    jsonschema.validate(message, result_schema())
+    assert message["task"] == "detection" and message["pipeline"] == "faces" and message["source"] == "request"
+    (face,) = message["result"]["detections"]
+    x0, y0, x1, y1 = face["box"]
+    assert 150 < x0 < x1 < 320 and 50 < y0 < y1 < 250  # the astronaut's face, in the 512×512 photo's pixels
+    encoded = base64.b64encode(jpeg).decode()
+    request = {"inputs": [{"name": "image", "shape": [1], "datatype": "BYTES", "data": [encoded]}]}
+    status, again, _ = post(serving, "/v2/models/faces/infer", json.dumps(request).encode())
+    assert status == 200 and again["result"]["detections"][0]["box"] == face["box"]
+    tensor = triton.InferInput("image", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([jpeg], dtype=np.object_), binary_data=True)
+    body, header_length = triton.InferenceServerClient.generate_request_body([tensor])
+    headers = {"Inference-Header-Content-Length": str(header_length), "Content-Type": "application/octet-stream"}
+    status, binary, _ = post(serving, "/v2/models/faces/infer", body, headers)
+    assert status == 200 and binary["result"]["detections"][0]["box"] == face["box"]
+
+
+BAD_REQUESTS = [
+    ({"inputs": [{"name": "pixels", "shape": [1, 3, 32, 32], "datatype": "FP32", "data": [0.0] * 3072}]},
+     400, "inputs[0]: unknown input 'pixels'; the model takes image"),
+    ({"inputs": [{"name": "image", "shape": [1, 3, 32, 32], "datatype": "INT32", "data": [0] * 3072}]},
+     400, "input 'image': datatype 'INT32', but the model takes FP32"),
+    ({"inputs": [{"name": "image", "shape": [1, 3, 16, 16], "datatype": "FP32", "data": [0.0] * 768}]},
+     400, "input 'image': shape [1, 3, 16, 16], but the model takes [-1, 3, 32, 32]"),
+    ({"inputs": [{"name": "image", "shape": [1, 3, 32, 32], "datatype": "FP32", "data": [0.0] * 5}]},
+     400, "input 'image': shape [1, 3, 32, 32] holds 3072 elements, 'data' has 5"),
+    ({"inputs": [{"name": "image", "shape": [1, 3, 32, 32], "datatype": "FP32", "data": ["x"] * 3072}]},
+     400, "input 'image': 'data' is not a list of FP32 values"),
+    ({"inputs": []}, 400, "the request has no 'inputs' list"),
+    ({"inputs": [{"name": "image", "shape": [1, 3, 32, 32], "datatype": "FP32", "data": [0.0] * 3072}],
+      "outputs": [{"name": "logits"}]}, 400, "unknown output 'logits'; the model gives probabilities"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("request_body", "status", "message"), BAD_REQUESTS)
+def test_a_request_that_does_not_fit_is_answered_400_naming_the_tensor(
+    classifier: Serving, request_body: dict[str, Any], status: int, message: str
+) -> None:
+    got, answer, _ = post(classifier, "/v2/models/classifier/infer", json.dumps(request_body).encode())
+    assert (got, answer["error"]) == (status, message)
+
+
+def test_malformed_and_truncated_bodies_and_unknown_models(classifier: Serving) -> None:
+    status, answer, _ = post(classifier, "/v2/models/classifier/infer", b'{"inputs": [')
+    assert status == 400 and answer["error"].startswith("the request is not valid JSON at line 1")
+    tensor = triton.InferInput("image", [1, 3, 32, 32], "FP32")
+    tensor.set_data_from_numpy(images(1), binary_data=True)
+    body, header_length = triton.InferenceServerClient.generate_request_body([tensor])
+    headers = {"Inference-Header-Content-Length": str(header_length)}
+    status, answer, _ = post(classifier, "/v2/models/classifier/infer", body[:-100], headers)
+    assert status == 400 and "binary_data_size 12288, but only 12188 bytes of binary data remain" in answer["error"]
+    status, answer, _ = post(classifier, "/v2/models/nothing/infer", body, headers)
+    assert status == 404 and answer["error"] == "unknown model 'nothing'; served: classifier"
+    status, answer, _ = post(classifier, "/v2/models/classifier/versions/7/infer", body, headers)
+    assert status == 404 and "serves version 1" in answer["error"]
+    status, answer, _ = post(
+        classifier, "/v2/models/classifier/infer", b"\xff\xd8 not a jpeg", {"Content-Type": "image/jpeg"}
+    )
+    assert status == 400 and "no JPEG or PNG image" in answer["error"]
+    assert classifier.report()["classifier"]["request_failure"] == 3
+
+
+def test_a_body_over_the_limit_is_refused_413(start_serving: StartServing, batch_classifier: Path) -> None:
+    serving = start_serving([{"name": "classifier", "path": str(batch_classifier)}], max_body_bytes=4096)
+    status, answer, _ = post(serving, "/v2/models/classifier/infer", b"{" + b" " * 5000 + b"}")
+    assert status == 413 and "at most 4096" in answer["error"]
+
+
+def test_a_client_that_sends_its_body_too_slowly_is_dropped(
+    start_serving: StartServing, batch_classifier: Path
+) -> None:
+    serving = start_serving([{"name": "classifier", "path": str(batch_classifier)}], read_timeout_s=0.5)
+    assert serving.port is not None
+    with socket.create_connection(("127.0.0.1", serving.port), timeout=10) as sock:
+        sock.sendall(b"POST /v2/models/classifier/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        started = time.monotonic()
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 408") and time.monotonic() - started < 5
+
+
+def test_a_token_guards_everything_but_health(start_serving: StartServing, batch_classifier: Path) -> None:
+    serving = start_serving([{"name": "classifier", "path": str(batch_classifier)}], token="s3cret")
+    assert client(serving).is_server_live()
+    with pytest.raises(InferenceServerException, match="a valid bearer token is required"):
+        client(serving).get_model_metadata("classifier")
+    good = client(serving).get_model_metadata("classifier", headers={"Authorization": "Bearer s3cret"})
+    assert good["name"] == "classifier"
+    with pytest.raises(InferenceServerException, match="bearer token"):
+        client(serving).get_model_metadata("classifier", headers={"Authorization": "Bearer s3cret-not"})
+
+
+def test_off_loopback_a_token_is_required() -> None:
+    from pydantic import ValidationError
+
+    from edge_runtime.config.schema import HttpSettings
+
+    with pytest.raises(ValidationError, match="off loopback, needs a token"):
+        HttpSettings(host="0.0.0.0")
+    assert HttpSettings(host="::1").token is None
+
+
+def test_the_openapi_document_lists_every_route(classifier: Serving) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", classifier.port, timeout=10)
+    connection.request("GET", "/v2/openapi.json")
+    document = json.loads(connection.getresponse().read())
+    assert document["openapi"].startswith("3.")
+    assert {"/v2", "/v2/health/live", "/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"} <= set(
+        document["paths"]
+    )
