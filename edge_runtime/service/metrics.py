@@ -30,6 +30,16 @@ _MQTT_GAUGES = {
     "in_flight": "results sent but not yet acknowledged",
 }
 _MQTT_COUNTERS = {"reconnects": "broker reconnections", "dropped": "results dropped from a full or aged spool"}
+_SERVING_COUNTERS = {
+    "request_success": "requests answered with outputs",
+    "request_failure": "requests answered with an error",
+    "rejected_queue_full": "requests refused because the queue was full",
+    "timed_out_in_queue": "requests that waited past their timeout and never ran",
+    "inference_count": "samples inferred (over execution_count: the mean batch size)",
+    "execution_count": "batches (or single requests) run on the backend",
+    "queue_ms_total": "milliseconds requests spent queued, summed",
+    "compute_ms_total": "milliseconds executions took, summed",
+}
 
 
 class DaemonCollector(Collector):
@@ -40,6 +50,7 @@ class DaemonCollector(Collector):
         report = self._report()
         pipelines: dict[str, dict[str, Any]] = report.get("pipelines", {})
         yield from _pipeline_metrics(pipelines)
+        yield from _serving_metrics(report.get("serving", {}))
         mqtt: dict[str, Any] = report.get("mqtt", {})
         for key, text in _MQTT_GAUGES.items():
             if key in mqtt:
@@ -75,6 +86,21 @@ def _pipeline_metrics(pipelines: dict[str, dict[str, Any]]) -> Iterator[Metric]:
         info.add_metric(labels, 1.0)
     yield latency
     yield info
+
+
+def _serving_metrics(models: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    if not models:
+        return
+    for key, text in _SERVING_COUNTERS.items():
+        counter = CounterMetricFamily(f"edge_runtime_serving_{key.removesuffix('_total')}", text, labels=["model"])
+        for name, figures in models.items():
+            counter.add_metric([name], float(figures.get(key, 0)))
+        yield counter
+    sizes = CounterMetricFamily("edge_runtime_serving_batches", "executions by batch size", labels=["model", "size"])
+    for name, figures in models.items():
+        for size, count in figures.get("batch_sizes", {}).items():
+            sizes.add_metric([name, size], float(count))
+    yield sizes
 
 
 def serve_metrics(report: Report, host: str, port: int) -> Callable[[], None]:

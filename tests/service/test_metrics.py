@@ -26,7 +26,9 @@ def test_endpoint_serves_the_report_at_scrape_time() -> None:
             }
         },
         "mqtt": {"connected": 1, "spool_depth": 0, "reconnects": 2},
-    }
+        "serving": {"faces": {"request_success": 12, "inference_count": 12, "execution_count": 5,
+                              "batch_sizes": {"1": 2, "5": 2}}},
+    }  # fmt: skip
     port = _free_port()
     stop = serve_metrics(lambda: report, "127.0.0.1", port)
     try:
@@ -41,3 +43,6 @@ def test_endpoint_serves_the_report_at_scrape_time() -> None:
     assert 'edge_runtime_pipeline_info{backend="openvino",device="CPU",pipeline="door",precision="fp32"} 1.0' in first
     assert "edge_runtime_mqtt_reconnects_total 2.0" in first
     assert "edge_runtime_mqtt_connected 1.0" in first
+    assert 'edge_runtime_serving_inference_count_total{model="faces"} 12.0' in first
+    assert 'edge_runtime_serving_execution_count_total{model="faces"} 5.0' in first
+    assert 'edge_runtime_serving_batches_total{model="faces",size="5"} 2.0' in first
