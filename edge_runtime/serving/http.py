@@ -18,13 +18,9 @@ the status that says whose fault it was.
 from __future__ import annotations
 
 import asyncio
-import base64
 import hmac
-import json
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,17 +28,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from edge_runtime import __version__
-from edge_runtime.serving.batching import QueueFull, RequestTimedOut
 from edge_runtime.serving.openapi import openapi_document
 from edge_runtime.serving.protocol import (
     HEADER_LENGTH,
-    InferRequest,
     ProtocolError,
-    encode_response,
-    parse_request,
     tensor_metadata,
 )
-from edge_runtime.serving.served import ServedModel
+from edge_runtime.serving.served import ServedModel, refusal
 
 __all__ = ["HttpLimits", "build_app"]
 
@@ -129,16 +121,15 @@ def build_app(models: Mapping[str, ServedModel], token: str | None, limits: Http
         body = await _read_body(request, limits)
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         try:
-            if content_type in IMAGE_TYPES:
-                return await _infer_image(model, body)
-            header_length = _header_length(request)
-            image = _bytes_input(body, header_length)
-            if image is not None:
-                return await _infer_image(model, image)
-            return await _infer_tensors(model, body, header_length)
-        except ProtocolError as error:
+            prepared = model.prepare(body, content_type, _header_length(request))
+            outputs = await model.queue.infer(prepared.inputs, prepared.timeout_ms)
+            payload, headers = model.respond(prepared, outputs)
+        except Exception as error:
             model.metrics.request(ok=False)
-            raise _Refused(error.status, error.message) from None
+            status, message = refusal(model.name, error)
+            raise _Refused(status, message, {"Retry-After": "1"} if status == 503 else None) from None
+        model.metrics.request(ok=True)
+        return Response(payload, headers=headers)
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document(list(models)))
@@ -156,48 +147,6 @@ def build_app(models: Mapping[str, ServedModel], token: str | None, limits: Http
         Route("/v2/models/{name}/versions/{version}/infer", guarded(infer), methods=["POST"]),
     ]
     return Starlette(routes=routes)
-
-
-async def _infer_tensors(model: ServedModel, body: bytes, header_length: int | None) -> Response:
-    request = parse_request(body, header_length, model.model.inputs, model.max_batch_size)
-    output_names = [t.name for t in model.model.outputs]
-    unknown = [name for name in request.outputs or () if name not in output_names]
-    if unknown:
-        raise ProtocolError(f"unknown output {unknown[0]!r}; the model gives {', '.join(output_names)}")
-    inputs = [request.inputs[t.name] for t in model.model.inputs]
-    outputs = await _through_queue(model, inputs, request)
-    payload, headers = encode_response(
-        model.name, model.version, request, dict(zip(output_names, outputs, strict=True))
-    )
-    model.metrics.request(ok=True)
-    return Response(payload, headers=headers)
-
-
-async def _infer_image(model: ServedModel, image: bytes) -> Response:
-    started = time.perf_counter()
-    tensor, transform = model.image_tensor(image)
-    pre_ms = (time.perf_counter() - started) * 1000
-    outputs = await _through_queue(model, [tensor], None)
-    message = model.describe(outputs, transform, started, pre_ms)
-    model.metrics.request(ok=True)
-    return Response(json.dumps(message, separators=(",", ":")).encode(), media_type="application/json")
-
-
-async def _through_queue(model: ServedModel, inputs: list[Any], request: InferRequest | None) -> list[Any]:
-    timeout = request.parameters.get("timeout") if request is not None else None
-    timeout_ms = float(timeout) / 1000 if isinstance(timeout, (int, float)) and timeout > 0 else None  # microseconds
-    try:
-        return await model.queue.infer(inputs, timeout_ms)
-    except QueueFull as full:
-        model.metrics.request(ok=False)
-        raise _Refused(503, str(full), {"Retry-After": "1"}) from None
-    except RequestTimedOut as late:
-        model.metrics.request(ok=False)
-        raise _Refused(504, str(late)) from None
-    except Exception as error:
-        model.metrics.request(ok=False)
-        log.warning("model %s: inference failed: %s", model.name, error)
-        raise _Refused(500, f"model {model.name}: inference failed: {error}") from None
 
 
 async def _read_body(request: Request, limits: HttpLimits) -> bytes:
@@ -230,40 +179,6 @@ def _header_length(request: Request) -> int | None:
         return int(value)
     except ValueError:
         raise ProtocolError(f"{HEADER_LENGTH} must be a whole number, got {value!r}") from None
-
-
-def _bytes_input(body: bytes, header_length: int | None) -> bytes | None:
-    """The image in a request whose only input is a BYTES tensor of one element; None for other requests."""
-    header = body if header_length is None else body[:header_length]
-    try:
-        document = json.loads(header)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None  # parse_request says what is wrong with it
-    inputs = document.get("inputs") if isinstance(document, dict) else None
-    if not (isinstance(inputs, list) and len(inputs) == 1 and isinstance(inputs[0], dict)):
-        return None
-    tensor = inputs[0]
-    if tensor.get("datatype") != "BYTES":
-        return None
-    if tensor.get("shape") not in ([1], [1, 1]):
-        raise ProtocolError("a BYTES input holds one image: its shape must be [1]")
-    size = (tensor.get("parameters") or {}).get("binary_data_size")
-    if header_length is not None and isinstance(size, int):
-        element = body[header_length:]
-        if size != len(element) or len(element) < 4:
-            raise ProtocolError(f"the BYTES input declares {size} bytes, the body has {len(element)}")
-        length = int.from_bytes(element[:4], "little")
-        if length != len(element) - 4:
-            raise ProtocolError(f"the BYTES element says {length} bytes, {len(element) - 4} follow")
-        return element[4:]
-    data = tensor.get("data")
-    value = data[0] if isinstance(data, list) and len(data) == 1 else None
-    if not isinstance(value, str):
-        raise ProtocolError("a BYTES input in JSON holds its image as one base64 string")
-    try:
-        return base64.b64decode(value, validate=True)
-    except ValueError:
-        raise ProtocolError("the BYTES input is not valid base64") from None
 
 
 def _check_token(request: Request, token: str) -> None:

@@ -1,14 +1,19 @@
-"""A model as the serving endpoints see it: its queue, its metrics, and how an image becomes a result.
+"""A model as the serving endpoints see it: its queue, its metrics, and how a request becomes an answer.
 
-Tensors go through the queue as the client sent them. An image (a JPEG or PNG body, or a BYTES tensor
-holding one) is preprocessed as a pipeline would preprocess a camera frame, and its outputs are decoded
-and described by the same decoder and result builder, so an HTTP or MQTT answer for a photo is the
-message a subscriber of the result topic would have received for it.
+Every transport (HTTP, MQTT) does the same three steps: `prepare` a request body into the model's
+inputs, put them through the queue, and `respond` with the outputs. Tensors go through as the client
+sent them. An image (a JPEG or PNG body, or a BYTES tensor holding one) is preprocessed as a pipeline
+would preprocess a camera frame, and its outputs are decoded and described by the same decoder and
+result builder, so the answer for a photo is the message a subscriber of the result topic would have
+received for it.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,11 +25,44 @@ from edge_runtime.decoders.base import Decoder
 from edge_runtime.pipeline.preprocess import ImagePreprocessor
 from edge_runtime.pipeline.results import StageLatency, build_result, model_info, runtime_info
 from edge_runtime.placement.model import LoadedModel
-from edge_runtime.serving.batching import InferenceQueue
+from edge_runtime.serving.batching import InferenceQueue, QueueFull, RequestTimedOut
 from edge_runtime.serving.metrics import ModelMetrics
-from edge_runtime.serving.protocol import ProtocolError
+from edge_runtime.serving.protocol import InferRequest, ProtocolError, encode_response, parse_request
 
-__all__ = ["ServedModel"]
+__all__ = ["IMAGE_TYPES", "Prepared", "ServedModel", "refusal"]
+
+log = logging.getLogger(__name__)
+
+IMAGE_TYPES = ("image/jpeg", "image/png", "image/jpg")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request ready for the queue: the model's inputs, and what answering it needs."""
+
+    inputs: list[np.ndarray]
+    request: InferRequest | None = None  # tensor requests
+    transform: Any = None  # image requests: back to the image's pixels
+    started: float = 0.0  # perf_counter at arrival, for the result message's latency
+    pre_ms: float = 0.0
+
+    @property
+    def timeout_ms(self) -> float | None:
+        """The request's own `timeout` parameter (microseconds, as Triton takes it), in milliseconds."""
+        timeout = self.request.parameters.get("timeout") if self.request is not None else None
+        return float(timeout) / 1000 if isinstance(timeout, (int, float)) and timeout > 0 else None
+
+
+def refusal(model: str, error: BaseException) -> tuple[int, str]:
+    """The HTTP status and message an error of the serving path is answered with (MQTT replies carry both)."""
+    if isinstance(error, ProtocolError):
+        return error.status, error.message
+    if isinstance(error, QueueFull):
+        return 503, str(error)
+    if isinstance(error, RequestTimedOut):
+        return 504, str(error)
+    log.warning("model %s: inference failed: %s", model, error)
+    return 500, f"model {model}: inference failed: {error}"
 
 
 @dataclass
@@ -39,6 +77,33 @@ class ServedModel:
     version: str = "1"
     _images: ImagePreprocessor | None = None
     _counter: itertools.count[int] = field(default_factory=itertools.count)
+
+    def prepare(self, body: bytes, content_type: str, header_length: int | None) -> Prepared:
+        """The request in `body` as model inputs; ProtocolError naming what does not fit."""
+        if content_type in IMAGE_TYPES:
+            return self._prepare_image(body)
+        image = _bytes_input(body, header_length)
+        if image is not None:
+            return self._prepare_image(image)
+        request = parse_request(body, header_length, self.model.inputs, self.max_batch_size)
+        output_names = [t.name for t in self.model.outputs]
+        unknown = [name for name in request.outputs or () if name not in output_names]
+        if unknown:
+            raise ProtocolError(f"unknown output {unknown[0]!r}; the model gives {', '.join(output_names)}")
+        return Prepared([request.inputs[t.name] for t in self.model.inputs], request)
+
+    def respond(self, prepared: Prepared, outputs: list[np.ndarray]) -> tuple[bytes, dict[str, str]]:
+        """The answer's body and headers: the outputs as the protocol encodes them, or an image's result message."""
+        if prepared.request is None:
+            message = self.describe(outputs, prepared.transform, prepared.started, prepared.pre_ms)
+            return json.dumps(message, separators=(",", ":")).encode(), {"Content-Type": "application/json"}
+        named = dict(zip((t.name for t in self.model.outputs), outputs, strict=True))
+        return encode_response(self.name, self.version, prepared.request, named)
+
+    def _prepare_image(self, image: bytes) -> Prepared:
+        started = time.perf_counter()
+        tensor, transform = self.image_tensor(image)
+        return Prepared([tensor], None, transform, started, (time.perf_counter() - started) * 1000)
 
     @property
     def takes_images(self) -> bool:
@@ -76,3 +141,37 @@ class ServedModel:
             task=self.model.package.manifest.task.value,
             result=decoded.to_dict(),
         )
+
+
+def _bytes_input(body: bytes, header_length: int | None) -> bytes | None:
+    """The image in a request whose only input is a BYTES tensor of one element; None for other requests."""
+    header = body if header_length is None else body[:header_length]
+    try:
+        document = json.loads(header)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None  # parse_request says what is wrong with it
+    inputs = document.get("inputs") if isinstance(document, dict) else None
+    if not (isinstance(inputs, list) and len(inputs) == 1 and isinstance(inputs[0], dict)):
+        return None
+    tensor = inputs[0]
+    if tensor.get("datatype") != "BYTES":
+        return None
+    if tensor.get("shape") not in ([1], [1, 1]):
+        raise ProtocolError("a BYTES input holds one image: its shape must be [1]")
+    size = (tensor.get("parameters") or {}).get("binary_data_size")
+    if header_length is not None and isinstance(size, int):
+        element = body[header_length:]
+        if size != len(element) or len(element) < 4:
+            raise ProtocolError(f"the BYTES input declares {size} bytes, the body has {len(element)}")
+        length = int.from_bytes(element[:4], "little")
+        if length != len(element) - 4:
+            raise ProtocolError(f"the BYTES element says {length} bytes, {len(element) - 4} follow")
+        return element[4:]
+    data = tensor.get("data")
+    value = data[0] if isinstance(data, list) and len(data) == 1 else None
+    if not isinstance(value, str):
+        raise ProtocolError("a BYTES input in JSON holds its image as one base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError:
+        raise ProtocolError("the BYTES input is not valid base64") from None
