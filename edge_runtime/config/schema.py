@@ -258,6 +258,7 @@ class HttpSettings(StrictModel):
 
 class ServeSettings(StrictModel):
     http: HttpSettings = Field(default_factory=HttpSettings)
+    mqtt: bool = Field(default=True, description="also answer requests on <prefix>/<device_id>/infer/<model>")
     models: tuple[ServedModelConfig, ...] = Field(min_length=1, description="the models requests may name")
 
     @field_validator("models")

@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 PAHO_LOGGER = "edge_runtime.mqtt.paho"
 
 MessageHandler = Callable[[str, bytes], None]
+# A request: its topic, payload, and (MQTT 5) its properties, e.g. ResponseTopic and CorrelationData.
+RequestHandler = Callable[[str, bytes, Properties | None], None]
 AckHandler = Callable[[int, bool], None]  # message id, and False when the broker refused the message (MQTT 5)
 ConnectListener = Callable[[int], None]  # the new connect_count; called in paho's thread before `connected` is set
 
@@ -64,7 +66,7 @@ class MqttConnection:
         self._reconnect_min_s = reconnect_min_s
         self._ack_handler: AckHandler | None = None
         self._connect_listeners: list[ConnectListener] = []
-        self._subscriptions: dict[str, tuple[int, MessageHandler]] = {}
+        self._subscriptions: dict[str, int] = {}
         self._lock = threading.Lock()
         self._connected_event = threading.Event()
         self._started = False
@@ -167,11 +169,28 @@ class MqttConnection:
 
     def subscribe(self, topic: str, qos: int, handler: MessageHandler) -> None:
         """Deliver messages on `topic` to `handler(topic, payload)`, also after every reconnect."""
+        self.subscribe_requests(topic, qos, lambda topic, payload, _properties: handler(topic, payload))
+
+    def subscribe_requests(self, topic: str, qos: int, handler: RequestHandler) -> None:
+        """Deliver messages on `topic` with their MQTT 5 properties (None under 3.1.1) to `handler`."""
         with self._lock:
-            self._subscriptions[topic] = (qos, handler)
+            self._subscriptions[topic] = qos
         self._client.message_callback_add(topic, _dispatcher(topic, handler))
         if self.connected:
             self._client.subscribe(topic, qos)
+
+    def reply(self, topic: str, payload: bytes, correlation: bytes | None = None) -> bool:
+        """Publish an answer at QoS 1, echoing the request's correlation data (MQTT 5); False if not connected."""
+        properties = None
+        if self.settings.protocol == "5":
+            properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            properties.ContentType = "application/json"
+            if correlation is not None:
+                properties.CorrelationData = correlation
+        if not self.connected:
+            return False
+        info = self._client.publish(topic, payload, qos=1, properties=properties)
+        return info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS
 
     # -- paho callbacks (paho's network thread) ------------------------------------------------------
 
@@ -195,7 +214,7 @@ class MqttConnection:
         self.connected = True  # after connect_count: a reader that sees True also sees the new session
         self.last_error = self._paho_errors.last = ""
         client.publish(self.status_topic, b"online", qos=1, retain=True)
-        for topic, (qos, _handler) in subscriptions:
+        for topic, qos in subscriptions:
             client.subscribe(topic, qos)
         self._connected_event.set()
         log.info(
@@ -299,10 +318,10 @@ class _PahoErrors(logging.Filter):
         return True
 
 
-def _dispatcher(topic: str, handler: MessageHandler) -> Callable[[Client, Any, MQTTMessage], None]:
+def _dispatcher(topic: str, handler: RequestHandler) -> Callable[[Client, Any, MQTTMessage], None]:
     def dispatch(client: Client, userdata: Any, message: MQTTMessage) -> None:
         try:
-            handler(message.topic, bytes(message.payload))
+            handler(message.topic, bytes(message.payload), getattr(message, "properties", None))
         except Exception:
             log.exception("MQTT: handler for %s failed on a message from %s", topic, message.topic)
 

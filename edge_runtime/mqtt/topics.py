@@ -5,6 +5,7 @@
     <prefix>/<device_id>/<pipeline>/result        one message per result (schema: result.schema.json)
     <prefix>/<device_id>/<pipeline>/snapshot      annotated JPEG, rate-limited (retained)
     <prefix>/<device_id>/<pipeline>/mask          segmentation mask PNG (retained)
+    <prefix>/<device_id>/infer/<model>            requests for a served model (answered on their reply topic)
 
 Subscribers (Home Assistant, Node-RED, cloud ingest) match on these, so they change only with the
 result schema's version.
@@ -42,3 +43,7 @@ class Topics:
 
     def mask(self, pipeline: str) -> str:
         return f"{self.device}/{pipeline}/mask"
+
+    def infer(self, model: str) -> str:
+        """Where requests for a served model arrive; `infer("+")` subscribes to every model's."""
+        return f"{self.device}/infer/{model}"

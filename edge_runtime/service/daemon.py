@@ -86,7 +86,14 @@ class Daemon:
             for pipeline_config in self.config.enabled_pipelines:
                 self._start_pipeline(pipeline_config)
             if self.config.serve is not None:
-                self.serving = Serving(self.config.serve, self.config.device_id, self.model_pool, self.config_path)
+                self.serving = Serving(
+                    self.config.serve,
+                    self.config.device_id,
+                    self.model_pool,
+                    self.config_path,
+                    self.connection,
+                    self.topics,
+                )
                 self.serving.start()
             connected = self.connection.wait_connected(CONNECT_WAIT_S)
             mode = "connected to the broker" if connected else "broker unreachable, spooling results"
@@ -216,6 +223,8 @@ class Daemon:
         report = {"device_id": self.config.device_id, "uptime_s": uptime, "pipelines": pipelines, "mqtt": mqtt}
         if self.serving is not None:
             report["serving"] = self.serving.report()
+            if self.serving.mqtt is not None:  # requests that named nowhere to answer, so no model either
+                mqtt["requests_dropped"] = self.serving.mqtt.dropped
         return report
 
     def _publish_stats(self) -> None:

@@ -29,7 +29,11 @@ _MQTT_GAUGES = {
     "spool_bytes": "bytes waiting in the spool",
     "in_flight": "results sent but not yet acknowledged",
 }
-_MQTT_COUNTERS = {"reconnects": "broker reconnections", "dropped": "results dropped from a full or aged spool"}
+_MQTT_COUNTERS = {
+    "reconnects": "broker reconnections",
+    "dropped": "results dropped from a full or aged spool",
+    "requests_dropped": "inference requests with no usable reply topic, dropped",
+}
 _SERVING_COUNTERS = {
     "request_success": "requests answered with outputs",
     "request_failure": "requests answered with an error",

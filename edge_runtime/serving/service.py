@@ -20,12 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from edge_runtime.config.schema import ServedModelConfig, ServeSettings
+from edge_runtime.mqtt.connection import MqttConnection
+from edge_runtime.mqtt.topics import Topics
 from edge_runtime.pipeline.build import decoder_of
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.placement.model_pool import ModelPool
 from edge_runtime.serving.batching import Batching, InferenceQueue
 from edge_runtime.serving.http import HttpLimits, build_app
 from edge_runtime.serving.metrics import ModelMetrics
+from edge_runtime.serving.mqtt import MqttRequests
 from edge_runtime.serving.served import ServedModel
 
 __all__ = ["Serving", "batchable"]
@@ -43,12 +46,23 @@ def batchable(model: LoadedModel) -> str | None:
 
 
 class Serving:
-    def __init__(self, settings: ServeSettings, device_id: str, pool: ModelPool, config_file: Path) -> None:
+    def __init__(
+        self,
+        settings: ServeSettings,
+        device_id: str,
+        pool: ModelPool,
+        config_file: Path,
+        connection: MqttConnection | None = None,
+        topics: Topics | None = None,
+    ) -> None:
         self.settings = settings
         self.device_id = device_id
         self.pool = pool
         self.config_file = config_file
+        self.connection = connection
+        self.topics = topics
         self.models: dict[str, ServedModel] = {}
+        self.mqtt: MqttRequests | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
@@ -62,8 +76,14 @@ class Serving:
             self.models[config.name] = self._serve(config)
         if self.settings.http.enabled:
             self._start_http()
+        if self.settings.mqtt and self.connection is not None and self.topics is not None:
+            self.mqtt = MqttRequests(self.connection, self.topics, self.models)
+            self.mqtt.start()
+            log.info("answering requests on %s", self.topics.infer("<model>"))
 
     def stop(self, timeout: float = 5.0) -> None:
+        if self.mqtt is not None:
+            self.mqtt.stop()
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:

@@ -11,6 +11,8 @@ import pytest
 from model_builders import build_tiny_classifier_onnx
 
 from edge_runtime.config.schema import ServeSettings
+from edge_runtime.mqtt.connection import MqttConnection
+from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.manifest import InputSpec, ModelFormat, Precision, Task
 from edge_runtime.package.writer import describe_variant, write_package
 from edge_runtime.placement.loading import Box, look_at_box
@@ -43,10 +45,15 @@ def start_serving(box: Box, tmp_path: Path) -> Iterator[Callable[..., Serving]]:
     """Starts a Serving for `models` (config mappings) on a free loopback port; stopped after the test."""
     started: list[tuple[Serving, ModelPool]] = []
 
-    def start(models: list[dict[str, Any]], **http: Any) -> Serving:
+    def start(
+        models: list[dict[str, Any]],
+        connection: MqttConnection | None = None,
+        topics: Topics | None = None,
+        **http: Any,
+    ) -> Serving:
         settings = ServeSettings.model_validate({"http": {"port": 0, **http}, "models": models})
         pool = ModelPool(box, tmp_path / "state", tmp_path / "cache")
-        serving = Serving(settings, "test-box", pool, tmp_path / "config.yaml")
+        serving = Serving(settings, "test-box", pool, tmp_path / "config.yaml", connection, topics)
         started.append((serving, pool))
         serving.start()
         return serving

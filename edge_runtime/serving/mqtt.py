@@ -1,0 +1,162 @@
+"""Requests over MQTT: `<prefix>/<device_id>/infer/<model>`, each answered on the reply topic it names.
+
+MQTT 5 clients name the reply topic in the request's Response Topic and tag it with Correlation Data,
+which the answer echoes; the body is what the HTTP route takes (an Open Inference Protocol request in
+JSON, or an image with Content Type image/jpeg or image/png). Brokers that speak only MQTT 3.1.1
+(RabbitMQ before 3.13, NATS 2.9) carry no properties, so the same travels in an envelope:
+
+    {"reply_to": "app/7/answers", "correlation_id": "42", "request": {...}}      tensors
+    {"reply_to": "app/7/answers", "correlation_id": "42", "image": "<base64>"}   a JPEG or PNG
+
+answered with `{"correlation_id": "42", "response": {...}}`. Errors come back the same way, as
+`{"error": "...", "code": 400}` (the HTTP status the same request would get), never as silence; only
+a request that names no usable reply topic is counted and dropped, since there is nowhere to answer.
+
+A reply topic comes from the network and is checked before anything is published to it: no wildcards,
+no `$` topics, nothing under this box's own topics (a request must not make the box publish results or
+status in its own name), and a bounded length.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from edge_runtime.mqtt.connection import MqttConnection
+from edge_runtime.mqtt.topics import Topics
+from edge_runtime.serving.served import IMAGE_TYPES, Prepared, ServedModel, refusal
+
+__all__ = ["MqttRequests"]
+
+log = logging.getLogger(__name__)
+
+MAX_REPLY_TOPIC = 512
+
+
+@dataclass(frozen=True)
+class _Reply:
+    topic: str
+    correlation: bytes | None  # MQTT 5: echoed as a property
+    envelope_id: str | None  # 3.1.1 envelope: echoed in the body
+    enveloped: bool
+
+
+class _Malformed(Exception):  # noqa: N818 - a request to drop, with why
+    pass
+
+
+class MqttRequests:
+    def __init__(
+        self, connection: MqttConnection, topics: Topics, models: Mapping[str, ServedModel], workers: int = 2
+    ) -> None:
+        self.connection = connection
+        self.topics = topics
+        self.models = models
+        self.dropped = 0  # requests with nowhere to answer
+        self._lock = threading.Lock()
+        self._workers = ThreadPoolExecutor(workers, thread_name_prefix="mqtt-infer")
+
+    def start(self) -> None:
+        self.connection.subscribe_requests(self.topics.infer("+"), 1, self._received)
+
+    def stop(self) -> None:
+        self._workers.shutdown(wait=True)
+
+    def _received(self, topic: str, payload: bytes, properties: Any) -> None:
+        """paho's network thread: decoding and preprocessing happen on a worker, never here."""
+        self._workers.submit(self._handle, topic, payload, properties)
+
+    def _handle(self, topic: str, payload: bytes, properties: Any) -> None:
+        try:
+            reply, body, content_type = self._unwrap(payload, properties)
+        except _Malformed as why:
+            with self._lock:
+                self.dropped += 1
+            log.warning("MQTT request on %s dropped: %s", topic, why)
+            return
+        name = topic.rsplit("/", 1)[-1]
+        model = self.models.get(name)
+        if model is None:
+            self._answer_error(reply, 404, f"unknown model {name!r}; served: {', '.join(self.models) or 'none'}")
+            return
+        try:
+            prepared = model.prepare(body, content_type, None)
+
+            def done(outputs: Any, error: BaseException | None) -> None:
+                self._done(model, prepared, reply, outputs, error)
+
+            model.queue.submit(prepared.inputs, done, prepared.timeout_ms)
+        except Exception as error:
+            model.metrics.request(ok=False)
+            self._answer_error(reply, *refusal(model.name, error))
+
+    def _done(
+        self, model: ServedModel, prepared: Prepared, reply: _Reply, outputs: Any, error: BaseException | None
+    ) -> None:
+        if error is not None or outputs is None:
+            model.metrics.request(ok=False)
+            self._answer_error(reply, *refusal(model.name, error or RuntimeError("no outputs")))
+            return
+        try:
+            body, _headers = model.respond(prepared, outputs)
+        except Exception as failure:
+            model.metrics.request(ok=False)
+            self._answer_error(reply, *refusal(model.name, failure))
+            return
+        model.metrics.request(ok=True)
+        if reply.enveloped:
+            body = b'{"correlation_id":%s,"response":%s}' % (json.dumps(reply.envelope_id).encode(), body)
+        self._publish(reply, body)
+
+    def _answer_error(self, reply: _Reply, code: int, message: str) -> None:
+        answer: dict[str, Any] = {"error": message, "code": code}
+        if reply.enveloped:
+            answer = {"correlation_id": reply.envelope_id, **answer}
+        self._publish(reply, json.dumps(answer).encode())
+
+    def _publish(self, reply: _Reply, body: bytes) -> None:
+        if not self.connection.reply(reply.topic, body, reply.correlation):
+            log.warning("MQTT answer to %s lost: not connected to the broker", reply.topic)
+
+    def _unwrap(self, payload: bytes, properties: Any) -> tuple[_Reply, bytes, str]:
+        """Where to answer, the request body, and its content type; _Malformed when there is nowhere to answer."""
+        response_topic = getattr(properties, "ResponseTopic", None)
+        if response_topic:
+            correlation = getattr(properties, "CorrelationData", None)
+            content_type = str(getattr(properties, "ContentType", "") or "").split(";")[0].strip().lower()
+            return _Reply(self._checked(response_topic), correlation, None, False), payload, content_type
+        try:
+            envelope = json.loads(payload)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise _Malformed("no Response Topic, and the payload is no JSON envelope naming reply_to") from None
+        if not isinstance(envelope, dict) or not isinstance(envelope.get("reply_to"), str):
+            raise _Malformed("no Response Topic, and no reply_to in the payload")
+        correlation_id = envelope.get("correlation_id")
+        reply = _Reply(
+            self._checked(envelope["reply_to"]), None, None if correlation_id is None else str(correlation_id), True
+        )
+        if "image" in envelope:
+            image = envelope["image"]
+            try:
+                return reply, base64.b64decode(image if isinstance(image, str) else "", validate=True), IMAGE_TYPES[0]
+            except (binascii.Error, ValueError):
+                return reply, b"", IMAGE_TYPES[0]  # answered: no image this server can decode
+        return reply, json.dumps(envelope.get("request")).encode(), "application/json"
+
+    def _checked(self, topic: str) -> str:
+        if not topic or len(topic) > MAX_REPLY_TOPIC:
+            raise _Malformed(f"reply topic of {len(topic)} characters (1 to {MAX_REPLY_TOPIC} allowed)")
+        if "+" in topic or "#" in topic or "\0" in topic:
+            raise _Malformed(f"reply topic {topic[:80]!r} holds a wildcard")
+        if topic.startswith("$"):
+            raise _Malformed(f"reply topic {topic[:80]!r} is reserved for the broker")
+        if topic == self.topics.device or topic.startswith(self.topics.device + "/"):
+            raise _Malformed(f"reply topic {topic[:80]!r} lies under this box's own topics")
+        return topic

@@ -1,0 +1,177 @@
+"""Requests over MQTT against a real Mosquitto: MQTT 5 properties, the 3.1.1 envelope, and every refusal."""
+
+from __future__ import annotations
+
+import base64
+import json
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import paho.mqtt.client as paho
+import pytest
+from broker import Mosquitto
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from edge_runtime.mqtt.connection import MqttConnection
+from edge_runtime.mqtt.settings import MqttSettings
+from edge_runtime.mqtt.topics import Topics
+from edge_runtime.serving.service import Serving
+
+StartServing = Callable[..., Serving]
+TOPICS = Topics("edge", "test-box")
+PHOTO = Path(__file__).resolve().parents[2] / "samples/images/astronaut.jpg"
+
+
+class Client:
+    """An application on the broker: sends requests, collects what arrives on its reply topic."""
+
+    def __init__(self, broker: Mosquitto, protocol: MQTTProtocolVersion, reply_topic: str = "app/answers") -> None:
+        self.answers: queue.Queue[tuple[bytes, Any]] = queue.Queue()
+        self.protocol = protocol
+        self._client = paho.Client(CallbackAPIVersion.VERSION2, protocol=protocol)
+        subscribed = threading.Event()
+        self._client.on_subscribe = lambda *_: subscribed.set()
+        self._client.on_message = lambda _c, _u, m: self.answers.put((bytes(m.payload), getattr(m, "properties", None)))
+        self._client.connect(broker.host, broker.port)
+        self._client.loop_start()
+        self._client.subscribe(reply_topic, 1)
+        assert subscribed.wait(5)
+
+    def send(self, model: str, payload: bytes, **properties: Any) -> None:
+        props = None
+        if properties:
+            props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            for name, value in properties.items():
+                setattr(props, name, value)
+        self._client.publish(TOPICS.infer(model), payload, qos=1, properties=props).wait_for_publish(5)
+
+    def answer(self, timeout: float = 20.0) -> tuple[dict[str, Any], Any]:
+        payload, properties = self.answers.get(timeout=timeout)
+        return json.loads(payload), properties
+
+    def close(self) -> None:
+        self._client.disconnect()
+        self._client.loop_stop()
+
+
+@pytest.fixture
+def connection(mosquitto: Mosquitto) -> Iterator[MqttConnection]:
+    connection = MqttConnection(MqttSettings(host=mosquitto.host, port=mosquitto.port), TOPICS.device_id)
+    connection.start()
+    assert connection.wait_connected(10)
+    yield connection
+    connection.stop()
+
+
+@pytest.fixture
+def served(
+    start_serving: StartServing, batch_classifier: Path, face_package: Path, connection: MqttConnection
+) -> Serving:
+    models = [{"name": "classifier", "path": str(batch_classifier)}, {"name": "faces", "path": str(face_package)}]
+    return start_serving(models, connection=connection, topics=TOPICS, enabled=False)
+
+
+@pytest.fixture
+def mqtt5(mosquitto: Mosquitto, served: Serving) -> Iterator[Client]:
+    client = Client(mosquitto, MQTTProtocolVersion.MQTTv5)
+    yield client
+    client.close()
+
+
+def tensor_request(samples: np.ndarray) -> dict[str, Any]:
+    return {
+        "inputs": [
+            {"name": "image", "shape": list(samples.shape), "datatype": "FP32", "data": samples.ravel().tolist()}
+        ]
+    }
+
+
+def test_an_mqtt5_request_is_answered_on_its_response_topic_with_its_correlation_data(
+    served: Serving, mqtt5: Client
+) -> None:
+    samples = np.random.default_rng(0).normal(0, 1, (2, 3, 32, 32)).astype(np.float32)
+    mqtt5.send("classifier", json.dumps(tensor_request(samples)).encode(), ResponseTopic="app/answers",
+               CorrelationData=b"\x00req-7")  # fmt: skip
+    answer, properties = mqtt5.answer()
+    assert properties.CorrelationData == b"\x00req-7"
+    (output,) = answer["outputs"]
+    assert output["name"] == "probabilities" and output["shape"] == [2, 10]
+    direct = served.models["classifier"].model.infer([samples])[0]
+    np.testing.assert_allclose(np.asarray(output["data"], np.float32).reshape(2, 10), direct, rtol=1e-5, atol=1e-6)
+
+
+def test_an_image_over_mqtt5_is_answered_with_the_result_message(served: Serving, mqtt5: Client) -> None:
+    mqtt5.send("faces", PHOTO.read_bytes(), ResponseTopic="app/answers", CorrelationData=b"1", ContentType="image/jpeg")
+    message, properties = mqtt5.answer()
+    assert properties.CorrelationData == b"1"
+    assert message["task"] == "detection" and [d["label"] for d in message["result"]["detections"]] == ["face"]
+
+
+def test_mqtt311_requests_travel_in_an_envelope(mosquitto: Mosquitto, served: Serving) -> None:
+    client = Client(mosquitto, MQTTProtocolVersion.MQTTv311)
+    try:
+        photo = base64.b64encode(PHOTO.read_bytes()).decode()
+        client.send("faces", json.dumps({"reply_to": "app/answers", "correlation_id": "abc", "image": photo}).encode())
+        answer, _ = client.answer()
+        assert answer["correlation_id"] == "abc"
+        assert [d["label"] for d in answer["response"]["result"]["detections"]] == ["face"]
+        samples = np.zeros((1, 3, 32, 32), np.float32)
+        envelope = {"reply_to": "app/answers", "correlation_id": 5, "request": tensor_request(samples)}
+        client.send("classifier", json.dumps(envelope).encode())
+        answer, _ = client.answer()
+        assert answer["correlation_id"] == "5" and answer["response"]["outputs"][0]["shape"] == [1, 10]
+        client.send("nothing", json.dumps({"reply_to": "app/answers", "correlation_id": "x", "request": {}}).encode())
+        answer, _ = client.answer()
+        assert answer == {
+            "correlation_id": "x",
+            "error": "unknown model 'nothing'; served: classifier, faces",
+            "code": 404,
+        }
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("model", "payload", "code", "error"),
+    [
+        ("nothing", b"{}", 404, "unknown model 'nothing'"),
+        ("classifier", b"{not json", 400, "the request is not valid JSON at line 1"),
+        ("classifier", json.dumps(tensor_request(np.zeros((1, 3, 8, 8), np.float32))).encode(), 400,
+         "input 'image': shape [1, 3, 8, 8], but the model takes [-1, 3, 32, 32]"),
+        ("faces", b"not a picture", 400, "no JPEG or PNG image"),
+    ],
+)  # fmt: skip
+def test_a_bad_request_with_a_reply_topic_is_answered_with_the_error(
+    served: Serving, mqtt5: Client, model: str, payload: bytes, code: int, error: str
+) -> None:
+    content_type = "image/png" if model == "faces" else "application/json"
+    mqtt5.send(model, payload, ResponseTopic="app/answers", CorrelationData=b"c", ContentType=content_type)
+    answer, properties = mqtt5.answer()
+    assert answer["code"] == code and error in answer["error"] and properties.CorrelationData == b"c"
+
+
+@pytest.mark.parametrize(
+    "reply_to",
+    ["app/+/answers", "app/#", "$SYS/broker", "edge/test-box/faces/result", "edge/test-box/status", "x" * 600, ""],
+)
+def test_a_request_with_no_usable_reply_topic_is_counted_and_dropped(
+    mosquitto: Mosquitto, served: Serving, reply_to: str
+) -> None:
+    watcher = mosquitto.subscribe_collect("#")
+    client = Client(mosquitto, MQTTProtocolVersion.MQTTv311)
+    try:
+        client.send("classifier", json.dumps({"reply_to": reply_to, "request": {}}).encode())
+        client.send("classifier", b"\xff\xfe garbage")  # no envelope at all
+        assert served.mqtt is not None
+        assert watcher.wait_until(lambda _m: served.mqtt is not None and served.mqtt.dropped == 2, timeout=10)
+        published = {m.topic for m in watcher.messages if not m.retain}
+        assert published <= {TOPICS.infer("classifier")}  # nothing answered, anywhere
+    finally:
+        client.close()
+        watcher.close()
