@@ -51,6 +51,7 @@ VARIANT = "openvino/int8"
 HELD_BACK_SHARE = 0.25  # of the calibration samples, when they are also the evaluation set
 # Ops between a low-precision weight constant and the layer reading it (NNCF's weight decompression).
 _DECOMPRESSION = frozenset({"Convert", "Subtract", "Multiply", "Reshape", "Transpose", "Unsqueeze"})
+_NOT_LAYERS = _DECOMPRESSION | {"Constant", "FakeQuantize", "Parameter", "Result"}
 
 TryVariant = Callable[[BuildContext, str, Builder], VariantResult]
 
@@ -105,7 +106,7 @@ def recover_int8(
     """Try the plan's attempts on a flagged `result`, keep the best in `ctx.out_dir`, and list them all in it."""
     assert result.drop is not None and ctx.calibration is not None
     step(f"{VARIANT}: drop {result.drop.points:.2f} over {drop_threshold:g} points: quantizing again")
-    plain = plain_quantized_ops(ctx)
+    plain = plain_int8_layers(ctx)
     first_control = _first_control(ctx)
     first_settings = _settings(ctx.settings, len(ctx.calibration), first_control)
     first = _Tried(Attempt("initial", first_settings, ""), result, ctx.out_dir)
@@ -210,10 +211,46 @@ def agreement_metric(
     return validate
 
 
-def plain_quantized_ops(ctx: BuildContext) -> set[str]:
-    """The ops a plain NNCF quantization with `ctx`'s settings runs in int8: what "kept in fp32" is measured from.
+@dataclass(frozen=True)
+class Layer:
+    """An op of a quantized model, under a key that is the same in every quantization of one source model.
 
-    Where NNCF puts its quantizers does not depend on the data, so one sample and no bias correction do.
+    Op names cannot be that key: OpenVINO numbers the ops of a converted TFLite model from a counter that
+    runs on with every conversion in the process. The order of a layer among the ops of its type can: NNCF
+    only inserts quantizers and weight decompression, which are not counted, between them.
+    """
+
+    key: str
+    name: str
+    kind: str  # the op's type
+    int8: bool  # reads a quantized activation or low-precision weights
+
+    @property
+    def label(self) -> str:
+        """The name, with the type where the name does not start with it (a TFLite Add may be `Transpose_12`)."""
+        return self.name if self.name.startswith(self.kind) else f"{self.name} ({self.kind})"
+
+
+def layers(model: Any) -> list[Layer]:
+    """The model's ops in graph order, but for constants, quantizers and weight decompression."""
+    counts: dict[str, int] = {}
+    found = []
+    for op in model.get_ordered_ops():
+        kind = op.get_type_name()
+        if kind in _NOT_LAYERS:
+            continue
+        counts[kind] = counts.get(kind, 0) + 1
+        producers = [op.input_value(i).get_node() for i in range(op.get_input_size())]
+        int8 = any(p.get_type_name() == "FakeQuantize" or _low_precision_weights(p) for p in producers)
+        found.append(Layer(f"{kind}#{counts[kind]}", op.get_friendly_name(), kind, int8))
+    return found
+
+
+def plain_int8_layers(ctx: BuildContext) -> set[str]:
+    """The keys of the layers a plain NNCF quantization with `ctx`'s settings runs in int8.
+
+    What "kept in fp32" is measured from. Where NNCF puts its quantizers does not depend on the data, so
+    one sample and no bias correction do.
     """
     import nncf
 
@@ -225,19 +262,7 @@ def plain_quantized_ops(ctx: BuildContext) -> set[str]:
         advanced_parameters=parameters,
         **quantization_options(ctx.settings, 1),
     )
-    return quantized_ops(quantized)
-
-
-def quantized_ops(model: Any) -> set[str]:
-    """Names of the ops that read a quantized activation (a FakeQuantize) or low-precision weights."""
-    found = set()
-    for op in model.get_ordered_ops():
-        producers = [op.input_value(i).get_node() for i in range(op.get_input_size())]
-        if any(p.get_type_name() == "FakeQuantize" for p in producers) or (
-            op.get_type_name() not in _DECOMPRESSION and any(_low_precision_weights(p) for p in producers)
-        ):
-            found.add(op.get_friendly_name())
-    return found
+    return {layer.key for layer in layers(quantized) if layer.int8}
 
 
 def _low_precision_weights(node: Any) -> bool:
@@ -283,23 +308,21 @@ def _measured(tried: _Tried, plain: set[str]) -> None:
     if result.speed is not None:
         attempt.latency_median_ms = result.speed.latency.median_ms
         attempt.throughput_fps = result.speed.throughput.throughput_fps
-    names, quantized = _model_ops(tried.root / result.built.files[0])
-    attempt.layers_fp32 = [name for name in names if name in plain and name not in quantized]
+    found = _saved_layers(tried.root / result.built.files[0])
+    attempt.layers_fp32 = [layer.label for layer in found if layer.key in plain and not layer.int8]
     if attempt.layers_fp32:
         note = "left in fp32 (a plain quantization runs them in int8): " + ", ".join(attempt.layers_fp32)
         result.built = replace(result.built, notes=(*result.built.notes, note))
-    if not quantized:
+    if not any(layer.int8 for layer in found):
         attempt.status, attempt.message = "failed", "no layer is left in int8"
     else:
         attempt.status = "flagged" if result.flagged else "ok"
 
 
-def _model_ops(xml: Path) -> tuple[list[str], set[str]]:
-    """Every op's name in graph order, and the names of those that run in int8."""
+def _saved_layers(xml: Path) -> list[Layer]:
     import openvino as ov
 
-    model = ov.Core().read_model(str(xml))
-    return [op.get_friendly_name() for op in model.get_ordered_ops()], quantized_ops(model)
+    return layers(ov.Core().read_model(str(xml)))
 
 
 def _pick(tried: list[_Tried]) -> _Tried:

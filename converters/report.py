@@ -32,7 +32,7 @@ class Attempt:
     drop_points: float | None = None
     latency_median_ms: float | None = None
     throughput_fps: float | None = None
-    layers_fp32: list[str] = field(default_factory=list)  # quantized by plain NNCF, left in float by this attempt
+    layers_fp32: list[str] = field(default_factory=list)  # int8 in a plain quantization, float in this attempt
     kept: bool = False
 
 

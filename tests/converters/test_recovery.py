@@ -24,7 +24,7 @@ from converters.cli import build_parser, options_from
 from converters.context import BuildContext, QuantizationSettings
 from converters.metrics import Accuracy, RunOutputs
 from converters.pipeline import ConvertOptions, Reference, convert
-from converters.recovery import agreement_metric, plan, quantized_ops, recovery_control
+from converters.recovery import agreement_metric, layers, plan, recovery_control
 from converters.report import ConversionReport, VariantResult
 from converters.sources import SourceKind, SourceModel
 from edge_runtime.model import load_model
@@ -181,8 +181,8 @@ def test_the_kept_attempt_is_the_packaged_variant(models: Path, control_fixed: t
     assert not result.flagged and result.built is not None
     assert any("attempt 4 (accuracy control) was kept" in note for note in result.built.notes)
     # The files hold accuracy control's model: the head in float, the hidden layer in int8, and the drop it had.
-    quantized = quantized_ops(ov.Core().read_model(str(out_dir / "openvino/int8/model.xml")))
-    assert "hidden/WithoutBiases" in quantized and "head/WithoutBiases" not in quantized
+    found = {layer.name: layer.int8 for layer in layers(ov.Core().read_model(str(out_dir / "openvino/int8/model.xml")))}
+    assert found["hidden/WithoutBiases"] and not found["head/WithoutBiases"]
     assert _package_drop(models, "outlier", out_dir) == pytest.approx(kept[0].drop_points, abs=1e-3)
 
 
@@ -197,9 +197,9 @@ def test_without_labels_agreement_with_fp32_drives_accuracy_control(
     assert control.settings["max_drop"] == 1.0  # the drop threshold, in the same points
     assert control.settings["validation_samples"] == SAMPLES // 4
     assert control.settings["calibration_samples"] == SAMPLES - SAMPLES // 4
-    assert control.layers_fp32 == ["head/WithoutBiases"]
+    assert control.layers_fp32 == ["head/WithoutBiases (MatMul)"]
     assert "## Recovery" in (out_dir / "report.md").read_text()
-    assert "- attempt 4 (accuracy control): `head/WithoutBiases`" in (out_dir / "report.md").read_text()
+    assert "- attempt 4 (accuracy control): `head/WithoutBiases (MatMul)`" in (out_dir / "report.md").read_text()
     # The metric is the converter's drop turned around: on every sample it scores the packaged variant 100 - drop.
     samples = [[s[None]] for s in np.load(models / "calibration.npy")]
     validate = agreement_metric(RunOutputs(["y"], [_reference(models, "outlier")]), classification=False)
