@@ -181,8 +181,12 @@ def test_the_kept_attempt_is_the_packaged_variant(models: Path, control_fixed: t
     assert not result.flagged and result.built is not None
     assert any("attempt 4 (accuracy control) was kept" in note for note in result.built.notes)
     # The files hold accuracy control's model: the head in float, the hidden layer in int8, and the drop it had.
-    found = {layer.name: layer.int8 for layer in layers(ov.Core().read_model(str(out_dir / "openvino/int8/model.xml")))}
+    model = ov.Core().read_model(str(out_dir / "openvino/int8/model.xml"))
+    found = {layer.name: layer.int8 for layer in layers(model)}
     assert found["hidden/WithoutBiases"] and not found["head/WithoutBiases"]
+    weights = [op.get_data() for op in model.get_ops() if op.get_type_name() == "Constant"]
+    int8 = np.concatenate([w.ravel().astype(np.int32) for w in weights if w.dtype == np.int8 and w.size > 1])
+    assert int8.min() >= -64 and int8.max() <= 64 and max(-int8.min(), int8.max()) >= 60  # still 7-bit weights
     assert _package_drop(models, "outlier", out_dir) == pytest.approx(kept[0].drop_points, abs=1e-3)
 
 
