@@ -15,7 +15,7 @@ previous one's changes:
 Each attempt is built in a scratch folder and evaluated as the pipeline evaluates every variant (the same
 drop and speed measurement). The first attempt within the threshold is kept; when none is, the smallest
 drop is kept and the variant stays flagged. The report lists every attempt with its figures and the
-layers it left in fp32. Weights keep the configured range (7 bits by default) in every attempt.
+layers it kept in fp32. Weights keep the configured range (7 bits by default) in every attempt.
 """
 
 from __future__ import annotations
@@ -311,7 +311,7 @@ def _measured(tried: _Tried, plain: set[str]) -> None:
     found = _saved_layers(tried.root / result.built.files[0])
     attempt.layers_fp32 = [layer.label for layer in found if layer.key in plain and not layer.int8]
     if attempt.layers_fp32:
-        note = "left in fp32 (a plain quantization runs them in int8): " + ", ".join(attempt.layers_fp32)
+        note = "kept in fp32 (a plain quantization runs them in int8): " + ", ".join(attempt.layers_fp32)
         result.built = replace(result.built, notes=(*result.built.notes, note))
     if not any(layer.int8 for layer in found):
         attempt.status, attempt.message = "failed", "no layer is left in int8"

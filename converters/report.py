@@ -274,7 +274,7 @@ def _recovery_table(result: VariantResult, threshold: float) -> list[str]:
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     layers = [(n, a) for n, a in enumerate(attempts, 1) if a.layers_fp32]
     if layers:
-        lines += ["", "Layers left in fp32, which a plain quantization runs in int8:", ""]
+        lines += ["", "Layers kept in fp32, which a plain quantization runs in int8:", ""]
         lines += [f"- attempt {n} ({a.name}): " + ", ".join(f"`{x}`" for x in a.layers_fp32) for n, a in layers]
     return [*lines, ""]
 
