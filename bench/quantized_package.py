@@ -100,8 +100,8 @@ def convert(out_dir: Path, seed: int, calibration: str) -> None:
         sys.exit(edge_convert(argv))
 
 
-def calibration_photos(folder: Path, seed: int) -> Path:
-    """Random square crops (40-100% of the short side) of the sample photos, half of them mirrored."""
+def calibration_photos(folder: Path, seed: int, size: int = 224) -> Path:
+    """Random square crops (40-100% of the short side) of the sample photos, half of them mirrored, size × size."""
     import cv2
     from skimage import data
 
@@ -116,7 +116,7 @@ def calibration_photos(folder: Path, seed: int) -> Path:
         crop = photo[top : top + side, left : left + side]
         if rng.random() < 0.5:
             crop = crop[:, ::-1]
-        crop = cv2.resize(np.ascontiguousarray(crop), (224, 224), interpolation=cv2.INTER_AREA)
+        crop = cv2.resize(np.ascontiguousarray(crop), (size, size), interpolation=cv2.INTER_AREA)
         cv2.imwrite(str(folder / f"{index:03d}.png"), cv2.cvtColor(crop, cv2.COLOR_RGB2BGR))
     return folder
 
