@@ -158,7 +158,8 @@ def recovery_control(
         rng = np.random.default_rng(ctx.settings.seed)
         count = max(1, round(HELD_BACK_SHARE * len(eval_set)))
         held = sorted(int(i) for i in rng.choice(len(eval_set), size=count, replace=False))
-        rest = [s for i, s in enumerate(eval_set.samples) if i not in set(held)]
+        held_back = set(held)
+        rest = [s for i, s in enumerate(eval_set.samples) if i not in held_back]
         calibration = SampleSet(rest, f"{len(rest)} of {ctx.calibration.origin}")
         where = f"{count} samples held back from calibration"
     classification = ctx.task is Task.CLASSIFICATION
