@@ -26,7 +26,7 @@ Each model below is converted twice by `converters.pipeline.convert`, with the d
   rounding unless they saturate, so saturation shows apart from what quantization itself costs.
 - speed: MobileNetV2 from quantized_package.py (seeded random weights, photo calibration), converted to
   openvino/int8 and onnx/int8 at both weight ranges, each run through the runtime's own backends and
-  `edge_runtime.benchmark` as quantized_speed.py does: synchronous latency under the latency hint,
+  `edge_runtime.measure.benchmark` as quantized_speed.py does: synchronous latency under the latency hint,
   asynchronous throughput under the throughput hint. The four sides alternate within every round, in
   reversed order every other round, so that drift of a shared machine affects both weight ranges alike;
   medians over the rounds and the 7-bit/8-bit ratio of every round are reported, with the kernels each

@@ -116,7 +116,7 @@ def convert(out_dir: Path, seed: int, calibration: str, variants: tuple[str, ...
 
 
 def calibration_photos(folder: Path, seed: int, count: int = CALIBRATION_SAMPLES, size: int = 224) -> Path:
-    """Random square crops (40-100% of the short side) of the sample photos, half of them mirrored."""
+    """Random square crops (40-100% of the short side) of the sample photos, half of them mirrored, size × size."""
     import cv2
     from skimage import data
 

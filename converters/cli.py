@@ -99,6 +99,13 @@ def _data_arguments(group: argparse._ArgumentGroup) -> None:
         "--tflite-io", choices=["int8", "uint8"], default="int8", help="input/output type of full-integer TFLite"
     )
     group.add_argument(
+        "--no-recovery",
+        action="store_false",
+        dest="recover",
+        help="leave a flagged openvino/int8 as it is, instead of trying the mixed preset, full bias correction and "
+        "accuracy control in turn and keeping the first within --drop-threshold",
+    )
+    group.add_argument(
         "--full-range-weights",
         action="store_true",
         help="8-bit int8 weights in every OpenVINO and ONNX layer instead of 7-bit: a little more precise where the "
@@ -175,6 +182,7 @@ def options_from(args: argparse.Namespace) -> ConvertOptions:
         overwrite=args.overwrite,
         prune=prune,
         input_shape=args.input_shape,
+        recover=args.recover,
     )
 
 

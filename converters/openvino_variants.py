@@ -4,14 +4,19 @@ With a labelled validation set the int8 variant is quantized with accuracy contr
 layers that cost the most top-1 back to float until the drop is within `max_drop`, instead of
 shipping whatever the calibration happened to produce. Weights keep to 7 bits in every layer (NNCF's
 overflow fix, which NNCF applies to the first layer only by default) so that CPUs with and without VNNI
-compute the same integers: see `QuantizationSettings`.
+compute the same integers: see `QuantizationSettings`. A flagged int8 variant is quantized again with
+other settings by `converters.recovery`, through `quantize_int8`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from converters.calibration import Sample, SampleSet
 from converters.context import BuildContext, BuiltVariant, QuantizationSettings, model_input, top1_hits
 from converters.errors import VariantSkippedError
 from converters.progress import step
@@ -30,19 +35,50 @@ def build_fp16(ctx: BuildContext) -> BuiltVariant:
     return BuiltVariant(built.format, built.precision, built.files, (note,))
 
 
+@dataclass(frozen=True)
+class AccuracyControl:
+    """How `nncf.quantize_with_accuracy_control` judges a quantized model, and how far it may let it fall.
+
+    NNCF reverts the layers that cost the most back to float until `validate`'s metric is within
+    `max_drop` (in the metric's own units) of the float model's. Each item is a (sample, target) pair;
+    `validate` returns the metric and one value per item, which NNCF needs to rank the layers.
+    """
+
+    items: list[tuple[Sample, Any]]
+    validate: Callable[[Any, Iterable[tuple[Sample, Any]]], tuple[float, list[float]]]
+    max_drop: float
+    metric: str
+    note: str
+
+
+def top1_control(validation: SampleSet, labels: np.ndarray, max_drop: float) -> AccuracyControl:
+    """Top-1 accuracy (a fraction) on a labelled validation set: `max_drop` 0.01 is one point."""
+    items = list(zip(validation.samples, labels.tolist(), strict=True))
+    note = f"accuracy control: max top-1 drop {max_drop:.2%} on {len(items)} validation samples"
+    return AccuracyControl(items, _validate_top1, max_drop, "top-1 accuracy, as a fraction", note)
+
+
 def build_int8(ctx: BuildContext) -> BuiltVariant:
+    """int8 as configured: with accuracy control on top-1 where a labelled validation set exists."""
+    control = None
+    if ctx.accuracy_control and ctx.validation is not None and ctx.validation.labels is not None:
+        control = top1_control(ctx.validation, ctx.validation.labels, ctx.settings.max_drop)
+    return quantize_int8(ctx, control)
+
+
+def quantize_int8(ctx: BuildContext, control: AccuracyControl | None) -> BuiltVariant:
+    """NNCF quantization with `ctx`'s settings and calibration, into `ctx`'s output folder.
+
+    Called by `build_int8`, and by `converters.recovery` with other settings, another folder and its
+    own accuracy control.
+    """
     import nncf
 
     if ctx.calibration is None:
         raise VariantSkippedError("int8 needs calibration data: give --calibration")
     settings = ctx.settings
     calibration = nncf.Dataset(ctx.calibration.samples, model_input)
-    common: dict[str, Any] = {
-        "preset": nncf.QuantizationPreset(settings.preset),
-        "subset_size": min(settings.subset_size, len(ctx.calibration)),
-        "fast_bias_correction": settings.fast_bias_correction,
-        "ignored_scope": nncf.IgnoredScope(patterns=list(settings.ignored_scope)) if settings.ignored_scope else None,
-    }
+    common = quantization_options(settings, len(ctx.calibration))
     notes = [
         f"NNCF {nncf.__version__} post-training quantization: preset {settings.preset}, "
         f"{common['subset_size']} calibration samples, fast bias correction {settings.fast_bias_correction}",
@@ -51,26 +87,37 @@ def build_int8(ctx: BuildContext) -> BuiltVariant:
     if settings.ignored_scope:
         notes.append("kept in float: nodes matching " + ", ".join(settings.ignored_scope))
     model = float32_weights(ctx.source.openvino_model())
-    if ctx.accuracy_control and ctx.validation is not None and ctx.validation.labels is not None:
-        step(f"openvino/int8: quantizing with accuracy control (max drop {settings.max_drop:.2%} top-1)")
-        items = list(zip(ctx.validation.samples, ctx.validation.labels.tolist(), strict=True))
-        validation = nncf.Dataset(items, lambda item: model_input(item[0]))
+    if control is not None:
+        step(f"openvino/int8: quantizing with accuracy control ({control.metric}, max drop {control.max_drop:g})")
+        validation = nncf.Dataset(control.items, lambda item: model_input(item[0]))
         quantized = nncf.quantize_with_accuracy_control(
             model,
             calibration,
             validation,
-            _validate_top1,
-            max_drop=settings.max_drop,
+            control.validate,
+            max_drop=control.max_drop,
             drop_type=nncf.DropType.ABSOLUTE,
             advanced_quantization_parameters=advanced_parameters(settings),
             **common,
         )
-        notes.append(f"accuracy control: max top-1 drop {settings.max_drop:.2%} on {len(items)} validation samples")
+        notes.append(control.note)
     else:
         step(f"openvino/int8: quantizing with NNCF ({common['subset_size']} calibration samples)")
         quantized = nncf.quantize(model, calibration, advanced_parameters=advanced_parameters(settings), **common)
     built = _save(ctx, quantized, "openvino/int8", Precision.INT8, compress=False)
     return BuiltVariant(built.format, built.precision, built.files, tuple(notes))
+
+
+def quantization_options(settings: QuantizationSettings, samples: int) -> dict[str, Any]:
+    """The arguments `nncf.quantize` and `nncf.quantize_with_accuracy_control` share, from the settings."""
+    import nncf
+
+    return {
+        "preset": nncf.QuantizationPreset(settings.preset),
+        "subset_size": min(settings.subset_size, samples),
+        "fast_bias_correction": settings.fast_bias_correction,
+        "ignored_scope": nncf.IgnoredScope(patterns=list(settings.ignored_scope)) if settings.ignored_scope else None,
+    }
 
 
 def advanced_parameters(settings: QuantizationSettings) -> Any:
@@ -87,7 +134,6 @@ def float32_weights(model: Any) -> Any:
     NNCF puts its weight quantizers after such a Convert, where saving cannot fold them into int8
     constants: the int8 model would keep its fp16 weights and come out larger than the fp32 one.
     """
-    import numpy as np
     import openvino as ov
 
     for op in model.get_ordered_ops():
@@ -100,7 +146,7 @@ def float32_weights(model: Any) -> Any:
     return model
 
 
-def _validate_top1(compiled: Any, items: Iterable[tuple[Any, int]]) -> tuple[float, list[float]]:
+def _validate_top1(compiled: Any, items: Iterable[tuple[Sample, Any]]) -> tuple[float, list[float]]:
     """NNCF's validation function: top-1 of a compiled model, with each item's hit so NNCF can rank layers."""
     scores, labels = [], []
     output = compiled.outputs[0]

@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from converters.annotations import check_detection_decoder, detection_task, load_annotated_images
 from converters.calibration import SampleSet, load_calibration, load_validation, synthetic_samples
-from converters.context import BuildContext, QuantizationSettings
+from converters.context import BuildContext, Builder, QuantizationSettings
 from converters.describe import (
     InputFlags,
     build_input_specs,
@@ -44,6 +45,7 @@ from converters.metrics import Accuracy, RunOutputs, accuracy, agreement, drop_o
 from converters.progress import Warnings, log, step
 from converters.pruning import PruneOptions, check_prunable, check_prune_options, prune_source
 from converters.pytorch_source import open_model
+from converters.recovery import needs_recovery, recover_int8
 from converters.report import REPORT_FILES, ConversionReport, VariantResult, write_report
 from converters.sources import SourceModel, first_line
 from converters.variants import BUILDERS, check_variant_ids, default_variants
@@ -87,6 +89,7 @@ class ConvertOptions:
     overwrite: bool = False
     prune: PruneOptions | None = None
     input_shape: tuple[int, ...] | None = None  # for PyTorch `module:factory` sources
+    recover: bool = True  # quantize a flagged openvino/int8 again in better ways (converters.recovery)
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,11 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
     for result in results:
         if result.status == "ok" and package is not None:
             evaluate_variant(package, result, reference, eval_set, options)
+            if options.recover and needs_recovery(result):
+                fields = inputs.manifest_fields
+                attempt = partial(try_variant, fields=fields, reference=reference, eval_set=eval_set, options=options)
+                threshold = options.drop_threshold
+                recover_int8(ctx, result, reference, eval_set, threshold, attempt, scratch / "recovery", warnings)
     report.package_written = _write_manifest(options.out_dir, results, inputs.manifest_fields, report)
     write_report(report, options.out_dir)
     return report
@@ -280,10 +288,11 @@ def prepare_out_dir(out_dir: Path, overwrite: bool, source: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
-def build_variant(ctx: BuildContext, variant_id: str) -> VariantResult:
+def build_variant(ctx: BuildContext, variant_id: str, builder: Builder | None = None) -> VariantResult:
+    """`variant_id` built by its registered builder, or by `builder` (the recovery's other quantizations)."""
     result = VariantResult(variant_id)
     try:
-        result.built = BUILDERS[variant_id](ctx)
+        result.built = (builder or BUILDERS[variant_id])(ctx)
     except VariantSkippedError as skipped:
         result.fail("skipped", skipped.reason)
         step(f"{variant_id}: skipped: {skipped.reason}")
@@ -367,6 +376,24 @@ def evaluate_variant(
         result.fail("failed", f"does not run in the runtime: {type(error).__name__}: {first_line(error)}")
     finally:
         model.close()
+
+
+def try_variant(
+    ctx: BuildContext,
+    variant_id: str,
+    builder: Builder,
+    *,
+    fields: dict[str, Any],
+    reference: Reference,
+    eval_set: SampleSet,
+    options: ConvertOptions,
+) -> VariantResult:
+    """A variant built by `builder` into `ctx.out_dir` and evaluated there as every variant is."""
+    result = build_variant(ctx, variant_id, builder)
+    package = _package_in_memory(ctx.out_dir, [result], fields)
+    if result.status == "ok" and package is not None:
+        evaluate_variant(package, result, reference, eval_set, options)
+    return result
 
 
 def _write_manifest(

@@ -23,6 +23,21 @@ REPORT_FILES = ("report.md", "report.json", "report.png")
 
 
 @dataclass
+class Attempt:
+    """One quantization tried on a flagged variant by `converters.recovery`, with its figures as evaluated."""
+
+    name: str
+    settings: dict[str, str | int | float | bool | None]
+    status: str  # ok (within the threshold), flagged, failed or skipped
+    message: str = ""
+    drop_points: float | None = None
+    latency_median_ms: float | None = None
+    throughput_fps: float | None = None
+    layers_fp32: list[str] = field(default_factory=list)  # int8 in a plain quantization, float in this attempt
+    kept: bool = False
+
+
+@dataclass
 class VariantResult:
     variant_id: str
     status: str = "ok"  # ok, failed or skipped
@@ -37,6 +52,7 @@ class VariantResult:
     speed: Speed | None = None
     probe_error: float | None = None  # int8 only: mean output error against fp32 on the fidelity probe's inputs
     flagged: bool = False
+    attempts: list[Attempt] = field(default_factory=list)  # the first try and the recovery's, when it was flagged
 
     def fail(self, status: str, message: str) -> None:
         self.status, self.message = status, message
@@ -190,6 +206,7 @@ def markdown(report: ConversionReport) -> str:
         lines += ["## Notes", "", *notes, ""]
     if detection:
         lines += per_class_section(report)
+    lines += recovery_section(report)
     if report.pruning is not None:
         lines += pruning_section(report.pruning)
     if report.warnings:
@@ -221,6 +238,68 @@ def per_class_section(report: ConversionReport) -> list[str]:
 
 def _percent(value: float | None) -> float | None:
     return None if value is None else 100 * value
+
+
+def recovery_section(report: ConversionReport) -> list[str]:
+    """Every quantization tried on each flagged variant, which one the package holds, and why."""
+    lines: list[str] = []
+    for result in report.variants:
+        if result.attempts:
+            lines += _recovery_table(result, report.drop_threshold)
+    return ["## Recovery", "", *lines] if lines else []
+
+
+def _recovery_table(result: VariantResult, threshold: float) -> list[str]:
+    attempts = result.attempts
+    kept = next((i for i, a in enumerate(attempts) if a.kept), None)
+    if kept is None:
+        why = "none was kept"
+    elif attempts[kept].status == "ok":
+        why = f"kept attempt {kept + 1} ({attempts[kept].name}), the first within the threshold"
+    else:
+        why = (
+            f"no attempt came within the threshold: kept attempt {kept + 1} ({attempts[kept].name}), the smallest "
+            "drop, and the variant stays flagged"
+        )
+    lines = [
+        f"`{result.variant_id}` was flagged (drop over {threshold:g} points) and quantized again, in order of cost; "
+        f"{why}.",
+        "",
+        "| # | Attempt | Preset | Fast bias correction | Accuracy control | Drop (points) | Latency median (ms) "
+        "| Throughput (fps) | Layers kept in fp32 | Status |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for number, attempt in enumerate(attempts, 1):
+        status = (
+            attempt.status + (f": {attempt.message}" if attempt.message else "") + (" (kept)" if attempt.kept else "")
+        )
+        cells = [
+            str(number),
+            attempt.name,
+            str(attempt.settings.get("preset", "–")),
+            str(attempt.settings.get("fast_bias_correction", "–")),
+            _control_cell(attempt.settings),
+            _num(attempt.drop_points, ".2f"),
+            _num(attempt.latency_median_ms, ".3f"),
+            _num(attempt.throughput_fps, ".1f"),
+            str(len(attempt.layers_fp32)) if attempt.layers_fp32 else "none",
+            status,
+        ]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    layers = [(n, a) for n, a in enumerate(attempts, 1) if a.layers_fp32]
+    if layers:
+        lines += ["", "Layers kept in fp32, which a plain quantization runs in int8:", ""]
+        lines += [f"- attempt {n} ({a.name}): " + ", ".join(f"`{x}`" for x in a.layers_fp32) for n, a in layers]
+    return [*lines, ""]
+
+
+def _control_cell(settings: dict[str, str | int | float | bool | None]) -> str:
+    metric, max_drop = settings.get("accuracy_control"), settings.get("max_drop")
+    if metric is None:
+        return "–"
+    limit = f"{max_drop:g}" if isinstance(max_drop, float | int) else str(max_drop)
+    samples = settings.get("validation_samples")
+    return f"{metric}, max drop {limit}" + (f", {samples} samples" if samples is not None else "")
 
 
 def pruning_section(pruning: PruningSummary) -> list[str]:
