@@ -246,3 +246,29 @@ def test_the_openapi_document_lists_every_route(classifier: Serving) -> None:
     assert {"/v2", "/v2/health/live", "/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"} <= set(
         document["paths"]
     )
+
+
+def test_https_with_the_configured_certificate(
+    start_serving: StartServing, batch_classifier: Path, tmp_path: Path
+) -> None:
+    import ssl
+
+    from broker import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    serving = start_serving(
+        [{"name": "classifier", "path": str(batch_classifier)}],
+        tls_cert_file=str(pki.server_cert),
+        tls_key_file=str(pki.server_key),
+    )
+    trusting = ssl.create_default_context(cafile=str(pki.ca_cert))
+    connection = http.client.HTTPSConnection("127.0.0.1", serving.port, timeout=10, context=trusting)
+    connection.request("GET", "/v2/models/classifier")
+    assert json.loads(connection.getresponse().read())["name"] == "classifier"
+    stranger = ssl.create_default_context(cafile=str(pki.other_ca_cert))
+    with pytest.raises(ssl.SSLCertVerificationError):
+        http.client.HTTPSConnection("127.0.0.1", serving.port, timeout=10, context=stranger).request("GET", "/v2")
+    plain = http.client.HTTPConnection("127.0.0.1", serving.port, timeout=10)
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError, http.client.BadStatusLine)):
+        plain.request("GET", "/v2")
+        plain.getresponse()
