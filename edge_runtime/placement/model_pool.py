@@ -44,12 +44,15 @@ class ModelPool:
         *,
         unpaced: bool = False,
         options: Mapping[str, Any] | None = None,
+        share_any_pace: bool = False,
     ) -> LoadedModel:
         """The model for `user` (a pipeline, or a served model), loaded once per distinct model and settings.
 
         `unpaced`: the pipeline's input is ready as fast as it is taken (see `SourceConfig.unpaced`), so the
         throughput hint applies unless the config or the device profile names a hint. `options` are backend
         options the user needs (a dynamic batch dimension for a served model), part of what is shared.
+        `share_any_pace`: take the model already loaded with these settings whatever hint its pace gave it
+        (a served model joins a camera pipeline's rather than loading the model a second time).
         """
         path = config.path if config.path.is_absolute() else config_file.parent / config.path
         package = open_package(path)
@@ -57,8 +60,11 @@ class ModelPool:
         selection = select_for(package, self.box, overrides, self.state_dir)
         defaults = _source_defaults(selection, config, unpaced)
         settings = config.model_dump_json(include=set(ModelConfig.model_fields) - {"path", "max_in_flight"})
-        key = f"{path.resolve()}|{settings}|{defaults}|{sorted((options or {}).items())}"
+        same_model = f"{path.resolve()}|{settings}|{sorted((options or {}).items())}"
+        key = f"{same_model}|{defaults}"
         shared = self._models.get(key)
+        if shared is None and share_any_pace:
+            key, shared = next(((k, m) for k, m in self._models.items() if k.startswith(same_model + "|")), (key, None))
         if shared is None:
             extra = {
                 "threads": config.threads,
@@ -69,7 +75,7 @@ class ModelPool:
             model, _ = load_selected(package, selection, extra, config.fidelity_tolerance, defaults)
             shared = self._models[key] = _Shared(model)
         else:
-            log.info("pipeline %s shares the model loaded for %s", user, ", ".join(sorted(shared.users)))
+            log.info("the model for %s is already loaded for %s: shared", user, ", ".join(sorted(shared.users)))
         shared.users.add(user)
         self._user_key[user] = key
         return shared.model

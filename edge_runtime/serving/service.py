@@ -99,7 +99,8 @@ class Serving:
     def _serve(self, config: ServedModelConfig) -> ServedModel:
         wanted = config.batching.max_batch_size
         options = {"dynamic_batch": True} if wanted > 1 else {}
-        model = self.pool.acquire(f"serve:{config.name}", config, self.config_file, unpaced=True, options=options)
+        user = f"serve:{config.name}"
+        model = self.pool.acquire(user, config, self.config_file, unpaced=True, options=options, share_any_pace=True)
         batch = wanted
         if wanted > 1 and (why := batchable(model)) is not None:
             log.warning("serving %s: requests run side by side, not in batches: %s", config.name, why)

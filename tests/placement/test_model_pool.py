@@ -60,3 +60,18 @@ def test_backends_without_a_hint_share_the_model_whatever_the_pace(face_package_
     assert recording.backend.runs_on.backend == "litert"
     assert pool.acquire("camera", config, Path("config.yaml")) is recording
     pool.close()
+
+
+def test_a_served_model_joins_the_model_a_camera_pipeline_loaded(face_package_dir: Path, tmp_path: Path) -> None:
+    from edge_runtime.config.schema import ServedModelConfig
+
+    pool = ModelPool(look_at_box(), tmp_path / "state", tmp_path / "cache")
+    camera = pool.acquire("door", ModelConfig(path=face_package_dir, backend="openvino"), Path("config.yaml"))
+    served = ServedModelConfig(name="faces", path=face_package_dir, backend="openvino")
+    joined = pool.acquire("serve:faces", served, Path("config.yaml"), unpaced=True, share_any_pace=True)
+    assert joined is camera and camera.backend.runs_on.details["hint"] == "latency"
+    alone = pool.acquire("serve:other", served, Path("config.yaml"), unpaced=True)
+    assert alone is not camera and alone.backend.runs_on.details["hint"] == "throughput"
+    batched = pool.acquire("serve:b", served, Path("config.yaml"), options={"dynamic_batch": True}, share_any_pace=True)
+    assert batched is not camera  # another compiled model: its batch dimension is free
+    pool.close()
