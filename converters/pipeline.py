@@ -173,8 +173,13 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
             if options.recover and needs_recovery(result):
                 fields = inputs.manifest_fields
                 attempt = partial(try_variant, fields=fields, reference=reference, eval_set=eval_set, options=options)
-                threshold = options.drop_threshold
-                recover_int8(ctx, result, reference, eval_set, threshold, attempt, scratch / "recovery", warnings)
+                try:
+                    recover_int8(
+                        ctx, result, reference, eval_set, options.drop_threshold, attempt, scratch / "recovery"
+                    )
+                except Exception as error:  # the variant stays as it was, flagged; the report says why
+                    log.debug("recovering %s failed", result.variant_id, exc_info=True)
+                    warnings.add(f"{result.variant_id}: recovery stopped: {type(error).__name__}: {first_line(error)}")
     report.package_written = _write_manifest(options.out_dir, results, inputs.manifest_fields, report)
     write_report(report, options.out_dir)
     return report

@@ -40,9 +40,8 @@ from converters.openvino_variants import (
     quantize_int8,
     top1_control,
 )
-from converters.progress import Warnings, log, step
+from converters.progress import step
 from converters.report import Attempt, VariantResult
-from converters.sources import first_line
 from edge_runtime.package.manifest import Task
 
 if TYPE_CHECKING:
@@ -103,28 +102,8 @@ def recover_int8(
     drop_threshold: float,
     try_variant: TryVariant,
     scratch: Path,
-    warnings: Warnings,
 ) -> None:
-    """Try the plan's attempts on a flagged `result`, keep the best in `ctx.out_dir`, and list them all in it.
-
-    A failure of recovery itself is a warning in the report; the variant stays as it was, flagged.
-    """
-    try:
-        _recover(ctx, result, reference, eval_set, drop_threshold, try_variant, scratch)
-    except Exception as error:
-        log.debug("recovering %s failed", VARIANT, exc_info=True)
-        warnings.add(f"{VARIANT}: recovery stopped: {type(error).__name__}: {first_line(error)}")
-
-
-def _recover(
-    ctx: BuildContext,
-    result: VariantResult,
-    reference: Reference,
-    eval_set: SampleSet,
-    drop_threshold: float,
-    try_variant: TryVariant,
-    scratch: Path,
-) -> None:
+    """Try the plan's attempts on a flagged `result`, keep the best in `ctx.out_dir`, and list them all in it."""
     assert result.drop is not None and ctx.calibration is not None
     step(f"{VARIANT}: drop {result.drop.points:.2f} over {drop_threshold:g} points: quantizing again")
     plain = plain_int8_layers(ctx)
