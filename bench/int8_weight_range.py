@@ -68,7 +68,6 @@ from edge_runtime.backends.host import cpu_name
 from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.decoded import Detections
 from edge_runtime.hardware.cpu import read_cpu
-from edge_runtime.measure.benchmark import bench_feed, measure_latency, measure_throughput
 from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.pipeline.preprocess import FrameTransform, ImagePreprocessor
 from edge_runtime.placement.model import LoadedModel, load_model
@@ -78,7 +77,7 @@ sys.path.insert(0, str(BENCH))
 
 from models import ASTRONAUT_CLIP, FACE_PACKAGE  # noqa: E402
 from quantized_package import calibration_photos, converted_package, describe_calibration, version  # noqa: E402
-from quantized_speed import fmt, median, openvino_layers, runs_at  # noqa: E402
+from quantized_speed import fmt, measured, median, openvino_layers  # noqa: E402
 
 RESULTS = BENCH / "results" / "int8_weight_range.json"
 WEIGHT_RANGES = {"7-bit": False, "8-bit": True}  # label: QuantizationSettings.full_range_weights
@@ -502,16 +501,7 @@ def measure_side(side: SpeedSide, hint: str, seconds: float) -> tuple[float, str
     options: dict[str, Any] = {"device": "CPU", "hint": hint}
     if side.backend == "openvino":
         options["precision"] = "int8"  # float ops at f32, as quantized_speed.py runs its int8 variant
-    model = load_model(open_package(side.package), side.variant, side.backend, options)
-    try:
-        feed = bench_feed(model)
-        if hint == "latency":
-            value = measure_latency(model, feed, seconds).median_ms
-        else:
-            value = measure_throughput(model, feed, seconds).throughput_fps
-        return value, runs_at(model.backend.runs_on.precision, model.backend.runs_on.details)
-    finally:
-        model.close()
+    return measured(side.package, side.variant, side.backend, options, hint, seconds)
 
 
 def measure_speed(sides: list[SpeedSide], rounds: int, seconds: float) -> list[SpeedSeries]:

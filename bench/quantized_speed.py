@@ -84,7 +84,14 @@ def ours(package: Path, setup: Setup, hint: str, seconds: float, threads: int) -
     options: dict[str, Any] = {"hint": hint, "precision": setup.precision}
     if setup.backend == "litert":
         options = {"hint": hint, "threads": threads}
-    model = load_model(open_package(package), setup.variant, setup.backend, options)
+    return measured(package, setup.variant, setup.backend, options, hint, seconds)
+
+
+def measured(
+    package: Path, variant: str, backend: str, options: dict[str, Any], hint: str, seconds: float
+) -> tuple[float, str]:
+    """One variant loaded with `options`: median latency (ms) under the latency hint, else throughput (FPS)."""
+    model = load_model(open_package(package), variant, backend, options)
     try:
         feed = bench_feed(model)
         if hint == "latency":
