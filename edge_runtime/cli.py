@@ -53,7 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--root", type=Path, default=Path("/"), help="read hardware facts below this directory")
     run.add_argument("--profiles", type=Path, action="append", default=[], help="extra device profile directory")
     run.add_argument(
-        "--exit-when-done", action="store_true", help="stop once every source has ended (files played once)"
+        "--exit-when-done",
+        action="store_true",
+        help="stop once every source has ended (files played once) and the results reached the broker; "
+        "exit status 3 if some are still in the spool after --drain-timeout",
+    )
+    run.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="with --exit-when-done, how long to wait for the spool to reach the broker (default 300)",
     )
     return parser
 

@@ -34,10 +34,18 @@ def write_clip(path: Path, photo: np.ndarray, frames: int, fps: float = 10.0) ->
 
 
 class DaemonProcess:
-    def __init__(self, config: Path, env: dict[str, str] | None = None, exit_when_done: bool = False):
+    def __init__(
+        self,
+        config: Path,
+        env: dict[str, str] | None = None,
+        exit_when_done: bool = False,
+        drain_timeout: float | None = None,
+    ):
         command = [sys.executable, "-m", "edge_runtime", "-v", "run", "--config", str(config)]
         if exit_when_done:
             command.append("--exit-when-done")
+        if drain_timeout is not None:
+            command += ["--drain-timeout", str(drain_timeout)]
         self.log_path = config.with_suffix(f".{time.monotonic_ns()}.log")
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(

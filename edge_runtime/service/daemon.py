@@ -43,20 +43,22 @@ log = logging.getLogger("edge_runtime")
 
 CONNECT_WAIT_S = 5.0  # READY=1 is sent after this even without a broker: results spool meanwhile
 STOP_BUDGET_S = 20.0  # within the unit's TimeoutStopSec=30
+EXIT_UNDELIVERED = 3  # --exit-when-done: the sources ended, but results stay in the spool (the next start sends them)
 
 
 def run_daemon(args: argparse.Namespace) -> int:
     faulthandler.enable(all_threads=True)  # a watchdog abort then leaves every thread's stack in the journal
     config = load_config(args.config)
     logging.getLogger().setLevel(config.log_level.upper())
-    daemon = Daemon(
-        config, args.config, look_at_box(args.root, args.profiles, isolated=True), exit_when_done=args.exit_when_done
-    )
-    return daemon.run()
+    box = look_at_box(args.root, args.profiles, isolated=True)
+    exit_when_done = args.drain_timeout if args.exit_when_done else None
+    return Daemon(config, args.config, box, exit_when_done=exit_when_done).run()
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig, config_path: Path, box: Box, exit_when_done: bool = False) -> None:
+    def __init__(self, config: DaemonConfig, config_path: Path, box: Box, exit_when_done: float | None = None) -> None:
+        """`exit_when_done`: stop once every source has ended, after waiting up to that many seconds for the
+        spool to reach the broker (`run` then returns EXIT_UNDELIVERED if it did not)."""
         self.config = config
         self.topics = Topics(config.mqtt.topic_prefix, config.device_id)
         self.config_path = config_path
@@ -106,6 +108,8 @@ class Daemon:
                 self._stop_metrics = serve_metrics(self.report, prometheus.host, prometheus.port)
                 log.info("metrics at http://%s:%d/metrics", prometheus.host, prometheus.port)
             self._supervise()
+            if self.exit_when_done is not None and not self._stop.is_set():
+                return self._deliver_before_exit(self.exit_when_done)
         finally:
             self._shut_down()
         return 0
@@ -132,7 +136,8 @@ class Daemon:
             if time.monotonic() >= next_stats:
                 self._publish_stats()
                 next_stats = time.monotonic() + self.config.stats.interval_s
-            if self.exit_when_done and self.pipelines and all(p.finished.is_set() for p in self.pipelines.values()):
+            done = self.pipelines and all(p.finished.is_set() for p in self.pipelines.values())
+            if self.exit_when_done is not None and done:
                 log.info("every source has ended; stopping")
                 break
 
@@ -242,6 +247,22 @@ class Daemon:
                 report["mqtt"]["spool_depth"],
             )
 
+    def _deliver_before_exit(self, timeout: float) -> int:
+        """The sources have ended: finish the pipelines, then wait for the spool to reach the broker."""
+        for name in list(self.pipelines):
+            self._stop_pipeline(name, timeout=10.0)
+        spooled = self.publisher.stats().spool_messages
+        if spooled:
+            log.info("waiting up to %.0f s for %d spooled results to reach the broker", timeout, spooled)
+        deadline = time.monotonic() + timeout
+        while not self._stop.is_set():
+            if self.publisher.drain(min(1.0, max(0.0, deadline - time.monotonic()))):
+                log.info("every result reached the broker")
+                return 0
+            if time.monotonic() >= deadline:
+                break
+        return EXIT_UNDELIVERED
+
     def _shut_down(self) -> None:
         self.notifier.stopping()
         self.watchdog.stop()
@@ -253,6 +274,13 @@ class Daemon:
         for name in list(self.pipelines):
             self._stop_pipeline(name, timeout=max(1.0, (deadline - time.monotonic()) / 2))
         self.publisher.close(timeout=max(0.5, deadline - time.monotonic()))
+        left = self.publisher.stats().spool_messages
+        if left:
+            log.warning(
+                "%d results stay in the spool %s: the broker has not acknowledged them; the next start sends them",
+                left,
+                self.spool.path,
+            )
         self.connection.stop()
         self.spool.close()
         self.model_pool.close()

@@ -67,9 +67,42 @@ def test_broker_outage_mid_stream_loses_nothing(
     time.sleep(2.5)  # frames keep coming: their results go to the spool
     broker.restart()
     assert daemon.wait(120) == 0, daemon.log
-    assert watcher.wait_until(lambda m: len({_index(x.payload) for x in m}) >= 60, timeout=30), daemon.log
+    assert "every result reached the broker" in daemon.log
+    # delivered before the exit: the broker hands them on at once, no later start is needed
+    assert watcher.wait_until(lambda m: len({_index(x.payload) for x in m}) >= 60, timeout=5), daemon.log
     indices = {_index(p) for p in watcher.payloads()}
     assert indices == set(range(60))
+
+
+def test_a_run_whose_broker_never_returns_exits_3_and_the_next_start_delivers(
+    persistent_broker: Mosquitto,
+    tmp_path: Path,
+    clip: Callable[[int], Path],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., DaemonProcess],
+) -> None:
+    broker = persistent_broker
+    watcher = broker.subscribe_collect(RESULT_TOPIC, client_id="watcher")
+    broker.stop()  # for good, as far as this run knows
+    source = {"type": "file", "path": str(clip(20))}
+    daemon = run_daemon(write_config(broker, [face_pipeline(clip(20), source=source)]), exit_when_done=True,
+                        drain_timeout=2)  # fmt: skip
+    assert daemon.wait(120) == 3, daemon.log
+    spool = tmp_path / "state" / "spool.sqlite"
+    assert f"20 results stay in the spool {spool}" in daemon.log and "the next start sends them" in daemon.log
+    assert _spooled(spool) == 20
+
+    idle = write_config(broker, [face_pipeline(clip(20), source=source, enabled=False)])
+    stopped = run_daemon(idle)  # a service stopped while the broker is still away says what it leaves behind
+    assert wait_for(lambda: "edge-runtime ready" in stopped.log, 60), stopped.log
+    assert stopped.stop() == 0
+    assert "20 results stay in the spool" in stopped.log
+
+    broker.restart()
+    drained = run_daemon(idle)
+    assert watcher.wait_until(lambda m: len({_index(x.payload) for x in m}) >= 20, timeout=60), drained.log
+    assert drained.stop() == 0
+    assert {_index(p) for p in watcher.payloads()} == set(range(20))
 
 
 def test_killed_daemon_replays_its_spool_on_restart(
