@@ -18,17 +18,14 @@ starts reuse it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.hardware.facts import CpuInfo
+from edge_runtime.measure.store import MeasurementStore, measurement_key
 from edge_runtime.package.loader import ModelPackage
 from edge_runtime.package.manifest import DEFAULT_DROP_THRESHOLD, Precision, Variant
 from edge_runtime.placement.profiles import Choice
@@ -37,7 +34,7 @@ from edge_runtime.placement.variant_pick import CheckOutcome
 log = logging.getLogger(__name__)
 
 CHECKS_FILE = "int8-checks.json"
-CHECKS_VERSION = 1
+CHECKS_VERSION = 2
 CPU_DELEGATES = (None, "xnnpack")
 
 
@@ -85,7 +82,7 @@ class Int8Checks:
     """The check selection asks before it takes an int8 variant for the CPU; see the module docstring."""
 
     def __init__(self, state_dir: Path | None, cpu: CpuInfo) -> None:
-        self.path = state_dir / CHECKS_FILE if state_dir is not None else None
+        self.store = MeasurementStore(state_dir, CHECKS_FILE, CHECKS_VERSION, "int8 checks")
         self.cpu = cpu
         self._measured: dict[str, Measurement] = {}
 
@@ -112,7 +109,7 @@ class Int8Checks:
             measurement = self._measure(package, variant_id, choice)
             if measurement is None:
                 return None
-            self._store(key, measurement)
+            self.store.put(key, asdict(measurement))
             log.info(
                 "model %s: %s moves its outputs %s of their range from fp32 on this CPU (recorded: %s)",
                 package.name,
@@ -133,7 +130,7 @@ class Int8Checks:
             "precision": choice.precision.value if choice.precision else None,
             "box": list(self.cpu.int8_features),
         }
-        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+        return measurement_key(identity)
 
     def _measure(self, package: ModelPackage, variant_id: str, choice: Choice) -> Measurement | None:
         from edge_runtime.measure.fidelity import compare, load_reference
@@ -161,8 +158,8 @@ class Int8Checks:
         return Measurement(variant_id, report.mean_rel_error, box, now)
 
     def _stored(self, key: str) -> Measurement | None:
-        entry = self._read().get(key)
-        if not isinstance(entry, dict):
+        entry = self.store.get(key)
+        if entry is None:
             return None
         try:
             return Measurement(
@@ -170,38 +167,6 @@ class Int8Checks:
             )
         except (KeyError, TypeError, ValueError):
             return None
-
-    def _read(self) -> dict[str, Any]:
-        if self.path is None:
-            return {}
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as error:
-            log.warning("ignoring unreadable int8 checks %s (%s); they are measured again", self.path, error)
-            return {}
-        if (
-            not isinstance(data, dict)
-            or data.get("version") != CHECKS_VERSION
-            or not isinstance(data.get("checks"), dict)
-        ):
-            return {}
-        return dict(data["checks"])
-
-    def _store(self, key: str, measurement: Measurement) -> None:
-        if self.path is None:
-            return
-        checks = self._read()
-        checks[key] = asdict(measurement)
-        text = json.dumps({"version": CHECKS_VERSION, "checks": checks}, indent=2, sort_keys=True)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=self.path.parent, prefix=".int8-checks-", delete=False) as out:
-                out.write(text + "\n")
-            Path(out.name).replace(self.path)
-        except OSError as error:
-            log.warning("cannot store int8 check in %s (%s); it is measured again at the next start", self.path, error)
 
 
 def _percent(fraction: float) -> str:

@@ -17,7 +17,7 @@ from onnx import numpy_helper
 from converters.evaluate import probe_error
 from edge_runtime.hardware.cpu import read_cpu
 from edge_runtime.hardware.facts import CpuInfo
-from edge_runtime.measure.int8_check import CHECKS_FILE, Int8Checks
+from edge_runtime.measure.int8_check import CHECKS_FILE, CHECKS_VERSION, Int8Checks
 from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.manifest import InputSpec, MeasuredOn, ModelFormat, Precision, Task
 from edge_runtime.package.writer import describe_variant, write_package
@@ -111,7 +111,7 @@ def test_a_variant_that_reproduces_its_recorded_figure_here_is_taken_and_remembe
     assert selection.chosen is not None and selection.chosen.variant_id == "onnx/int8"
     assert f"int8 checked on this CPU ({' '.join(THIS_CPU.int8_features)}): outputs" in selection.chosen.reason
     runnable = [c for c in selection.runnable() if c.variant_id == "onnx/int8"]
-    stored = json.loads((tmp_path / "state" / CHECKS_FILE).read_text())["checks"]
+    stored = json.loads((tmp_path / "state" / CHECKS_FILE).read_text())["entries"]
     assert len(stored) == len(runnable) >= 2  # OpenVINO and ONNX Runtime on the CPU: one check each
     for entry in stored.values():
         assert entry["variant_id"] == "onnx/int8" and entry["box"] == list(THIS_CPU.int8_features)
@@ -145,8 +145,8 @@ def test_the_stored_measurement_is_reused_for_this_box_only(
     assert passes(Int8Checks(state, THIS_CPU), package)
     store = state / CHECKS_FILE
     data = json.loads(store.read_text())
-    (key,) = data["checks"]
-    data["checks"][key]["mean_error"] = 0.5  # as if this box had measured a broken variant before
+    (key,) = data["entries"]
+    data["entries"][key]["mean_error"] = 0.5  # as if this box had measured a broken variant before
     store.write_text(json.dumps(data))
     refusal = Int8Checks(state, THIS_CPU)(package, "onnx/int8", CPU_CHOICE)
     assert refusal is not None and not refusal.passed
@@ -157,19 +157,19 @@ def test_the_stored_measurement_is_reused_for_this_box_only(
         if (box := CpuInfo("x86_64", "AMD", "other", 2, 2, THIS_CPU.flags ^ {flag})).int8_features != OTHER_FEATURES
     )
     assert passes(Int8Checks(state, other_box), package)  # measured again, for that box
-    assert len(json.loads(store.read_text())["checks"]) == 2
+    assert len(json.loads(store.read_text())["entries"]) == 2
 
 
 def test_an_unreadable_store_is_measured_again(
     tiny_onnx: Path, tiny_int8_onnx: Path, good_probe: float, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="edge_runtime.measure.int8_check")
+    caplog.set_level(logging.WARNING, logger="edge_runtime.measure.store")
     package = write_tiny_package(tmp_path / "pkg", tiny_onnx, tiny_int8_onnx, OTHER_FEATURES, good_probe)
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / CHECKS_FILE).write_text("{not json")
     assert passes(Int8Checks(tmp_path / "state", THIS_CPU), package)
     assert "ignoring unreadable int8 checks" in caplog.text
-    assert json.loads((tmp_path / "state" / CHECKS_FILE).read_text())["version"] == 1
+    assert json.loads((tmp_path / "state" / CHECKS_FILE).read_text())["version"] == CHECKS_VERSION
 
 
 def test_without_a_recorded_figure_the_error_itself_must_stay_within_the_threshold(
