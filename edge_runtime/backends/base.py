@@ -97,8 +97,9 @@ class BackendOptions(StrictModel):
     cache_dir: Path | None = Field(default=None, description="Where compiled models and engines are kept.")
     dynamic_batch: bool = Field(
         default=False,
-        description="Free the first dimension of every input so requests can run as one batch, where the backend "
-        "can (OpenVINO reshapes the model); other backends keep the model's own shapes.",
+        description="Free the first dimension of every input and output so requests can run as one batch, where "
+        "the backend can: OpenVINO reshapes the model, ONNX Runtime names the dimension, LiteRT resizes its inputs. "
+        "Devices that need static shapes (NPU, Edge TPU, TensorRT engines) keep the model's own.",
     )
 
 

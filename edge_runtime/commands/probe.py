@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from typing import Any
 
 from edge_runtime.config.schema import default_state_dir
@@ -11,6 +12,7 @@ from edge_runtime.hardware.facts import CpuInfo, Hardware
 from edge_runtime.package.loader import open_package
 from edge_runtime.placement.loading import Box, look_at_box, select_for
 from edge_runtime.placement.selection import Selection
+from edge_runtime.serving.batch_choice import BATCH_MARGIN, BatchChoices, Throughputs
 
 
 def run_probe(args: argparse.Namespace) -> int:
@@ -18,21 +20,41 @@ def run_probe(args: argparse.Namespace) -> int:
     selection = None
     if args.model is not None:
         selection = select_for(open_package(args.model), box, state_dir=args.state_dir or default_state_dir())
+    batching = BatchChoices(args.state_dir or default_state_dir()).remembered()
     if args.json:
-        print(json.dumps(probe_report(box, selection), indent=2, default=str))
+        print(json.dumps(probe_report(box, selection, batching), indent=2, default=str))
     else:
-        print(render(box, selection))
+        print(render(box, selection, batching))
     return 0
 
 
-def probe_report(box: Box, selection: Selection | None) -> dict[str, Any]:
+def probe_report(
+    box: Box, selection: Selection | None, batching: list[tuple[str, Throughputs]] | None = None
+) -> dict[str, Any]:
     report: dict[str, Any] = {"hardware": box.hardware.to_dict(), "profile": box.match.to_dict()}
     if selection is not None:
         report["selection"] = selection.to_dict()
+    if batching:
+        report["batching"] = [
+            {"model": model, **asdict(measured), "batches_chosen": measured.ratio >= BATCH_MARGIN}
+            for model, measured in batching
+        ]
     return report
 
 
-def render(box: Box, selection: Selection | None) -> str:
+def batching_lines(batching: list[tuple[str, Throughputs]]) -> list[str]:
+    """What serving measured on this box: whether batches beat single requests in flight, per model."""
+    lines = ["", f"Batching measured on this box (batches are chosen at {BATCH_MARGIN:.2f}× or more)"]
+    for model, measured in sorted(batching):
+        verdict = "batches" if measured.ratio >= BATCH_MARGIN else "single requests side by side"
+        lines.append(
+            f"  {model}: batches of {measured.batch_size} {measured.batched:.1f}/s, single {measured.single:.1f}/s "
+            f"({measured.ratio:.2f}×) → {verdict}  [{measured.measured_at}]"
+        )
+    return lines
+
+
+def render(box: Box, selection: Selection | None, batching: list[tuple[str, Throughputs]] | None = None) -> str:
     lines = ["Hardware", *(f"  {name:<10} {value}" for name, value in hardware_lines(box.hardware))]
     lines += ["", "Backends"]
     for key, status in box.hardware.libraries.items():
@@ -52,6 +74,8 @@ def render(box: Box, selection: Selection | None) -> str:
             lines.append(f"  not {verdict.name}: {'; '.join(verdict.reasons)}")
     if selection is not None:
         lines += ["", "Choices for " + selection.explain()]
+    if batching:
+        lines += batching_lines(batching)
     return "\n".join(lines)
 
 

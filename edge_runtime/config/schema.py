@@ -217,6 +217,11 @@ class BatchingSettings(StrictModel):
     max_queue_delay_ms: float = Field(default=0.0, ge=0, le=10_000, description="longest wait for a batch to fill")
     max_queue_size: int = Field(default=64, ge=1, le=100_000, description="requests waiting; more are refused (503)")
     timeout_ms: float = Field(default=10_000.0, gt=0, description="a request still queued after this is refused")
+    batch_when: Literal["faster", "always"] = Field(
+        default="faster",
+        description="faster: join requests into batches only where a measurement on this box shows batches beat "
+        "single requests in flight (measured once, then remembered); always: wherever the model allows",
+    )
 
 
 class ServedModelConfig(ModelConfig):

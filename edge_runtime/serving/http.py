@@ -108,6 +108,7 @@ def build_app(models: Mapping[str, ServedModel], token: str | None, limits: Http
                     "variant": model.model.variant_id,
                     "max_batch_size": model.max_batch_size,
                     "batching": "joined into batches" if model.max_batch_size > 0 else "concurrent requests",
+                    "batching_reason": model.batching.reason,
                 },
             }
         )

@@ -25,6 +25,7 @@ from edge_runtime.decoders.base import Decoder
 from edge_runtime.pipeline.preprocess import ImagePreprocessor
 from edge_runtime.pipeline.results import StageLatency, build_result, model_info, runtime_info
 from edge_runtime.placement.model import LoadedModel
+from edge_runtime.serving.batch_choice import BatchChoice
 from edge_runtime.serving.batching import InferenceQueue, QueueFull, RequestTimedOut
 from edge_runtime.serving.metrics import ModelMetrics
 from edge_runtime.serving.protocol import InferRequest, ProtocolError, encode_response, parse_request
@@ -73,10 +74,15 @@ class ServedModel:
     metrics: ModelMetrics
     decoder: Decoder
     device_id: str
-    max_batch_size: int
+    batching: BatchChoice
     version: str = "1"
     _images: ImagePreprocessor | None = None
     _counter: itertools.count[int] = field(default_factory=itertools.count)
+
+    @property
+    def max_batch_size(self) -> int:
+        """0 where requests are not joined into batches."""
+        return self.batching.max_batch_size
 
     def prepare(self, body: bytes, content_type: str, header_length: int | None) -> Prepared:
         """The request in `body` as model inputs; ProtocolError naming what does not fit."""

@@ -1,12 +1,9 @@
 """The answering half of the daemon: the served models, their queues, and the HTTP endpoint in front of them.
 
 Models come from the daemon's model pool, so a model a pipeline already runs with the same settings is
-loaded once. Requests are joined into batches only where that is sound: every input and output of the
-loaded model must keep the batch as its first dimension (OpenVINO frees it on request; a graph that
-folds the batch into another dimension, as some TFLite detectors do, cannot be batched). Elsewhere the
-requests run side by side on the model's async runner, several in flight, which on a CPU with
-OpenVINO's throughput streams is often the faster of the two anyway. The choice is logged and shown
-in the model's metadata.
+loaded once. Whether a model's requests are joined into batches, or run side by side on its async
+runner, is decided by `batch_choice` (only where sound, and by default only where it pays on this box);
+the choice is logged and shown in the model's metadata.
 """
 
 from __future__ import annotations
@@ -23,26 +20,17 @@ from edge_runtime.config.schema import ServedModelConfig, ServeSettings
 from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.pipeline.build import decoder_of
-from edge_runtime.placement.model import LoadedModel
 from edge_runtime.placement.model_pool import ModelPool
+from edge_runtime.serving.batch_choice import BatchChoices
 from edge_runtime.serving.batching import Batching, InferenceQueue
 from edge_runtime.serving.http import HttpLimits, build_app
 from edge_runtime.serving.metrics import ModelMetrics
 from edge_runtime.serving.mqtt import MqttRequests
 from edge_runtime.serving.served import ServedModel
 
-__all__ = ["Serving", "batchable"]
+__all__ = ["Serving"]
 
 log = logging.getLogger(__name__)
-
-
-def batchable(model: LoadedModel) -> str | None:
-    """Why requests to `model` cannot be joined into batches, or None when they can."""
-    for kind, tensors in (("input", model.inputs), ("output", model.outputs)):
-        for tensor in tensors:
-            if not tensor.shape or tensor.shape[0] is not None:
-                return f"its {kind} {tensor.name} has the fixed shape {list(tensor.shape)}"
-    return None
 
 
 class Serving:
@@ -62,6 +50,7 @@ class Serving:
         self.connection = connection
         self.topics = topics
         self.models: dict[str, ServedModel] = {}
+        self.choices = BatchChoices(pool.state_dir)
         self.mqtt: MqttRequests | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -101,17 +90,16 @@ class Serving:
         options = {"dynamic_batch": True} if wanted > 1 else {}
         user = f"serve:{config.name}"
         model = self.pool.acquire(user, config, self.config_file, unpaced=True, options=options, share_any_pace=True)
-        batch = wanted
-        if wanted > 1 and (why := batchable(model)) is not None:
-            log.warning("serving %s: requests run side by side, not in batches: %s", config.name, why)
-            batch = 0
-        batching = Batching(batch, config.batching.max_queue_delay_ms, config.batching.max_queue_size,
+        choice = self.choices.choose(model, wanted, config.batching.batch_when)
+        if choice.unsound:  # the freed batch dimension gives wrong answers: serve the model as exported
+            self.pool.release(user)
+            model = self.pool.acquire(user, config, self.config_file, unpaced=True, share_any_pace=True)
+        batching = Batching(choice.max_batch_size, config.batching.max_queue_delay_ms, config.batching.max_queue_size,
                             config.batching.timeout_ms)  # fmt: skip
         metrics = ModelMetrics()
         queue = InferenceQueue(config.name, model, batching, metrics)
-        how = f"batches of up to {batch}" if batch > 1 else "requests side by side"
-        log.info("serving %s: %s, %s", config.name, model.label, how)
-        return ServedModel(config.name, model, queue, metrics, decoder_of(model), self.device_id, batch)
+        log.info("serving %s: %s; %s", config.name, model.label, choice.reason)
+        return ServedModel(config.name, model, queue, metrics, decoder_of(model), self.device_id, choice)
 
     def _start_http(self) -> None:
         import uvicorn

@@ -373,3 +373,20 @@ def test_dynamic_batch_resizes_only_when_the_shape_changes(tmp_path: Path) -> No
         x = np.arange(batch * 4, dtype=np.float32).reshape(batch, 4)
         (out,) = backend.infer([x])
         np.testing.assert_array_equal(out, 2 * x)
+
+
+def test_a_model_exported_with_a_batch_of_one_takes_batches_when_asked(tmp_path: Path) -> None:
+    from ai_edge_litert.schema_py_generated import TensorType
+
+    path = build_tflite(tmp_path / "add.tflite", TensorType.FLOAT32, None, dynamic=False)
+    assert LiteRtBackend(source_for(path), LiteRtOptions()).inputs[0].shape == (1, 4)
+    backend = LiteRtBackend(source_for(path), LiteRtOptions(dynamic_batch=True))
+    assert backend.inputs[0].shape == (None, 4) and backend.outputs[0].shape == (None, 4)
+    results: list[np.ndarray] = []
+    runner = backend.async_runner(lambda userdata, outputs, error: results.append(outputs[0]), max_in_flight=2)
+    for batch in (3, 1):
+        x = np.arange(batch * 4, dtype=np.float32).reshape(batch, 4)
+        np.testing.assert_array_equal(backend.infer([x])[0], 2 * x)
+        runner.submit([x])
+    runner.close()
+    assert sorted(len(r) for r in results) == [1, 3]

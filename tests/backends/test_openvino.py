@@ -316,6 +316,16 @@ def test_dynamic_batch_is_pinned_for_devices_needing_static_shapes(tmp_path: Pat
     assert not model.is_dynamic() and list(model.inputs[0].get_shape()) == [1, 3, 32, 32]
 
 
+def test_a_device_needing_static_shapes_keeps_them_when_batches_are_asked_for(tmp_path: Path) -> None:
+    dynamic = build_tiny_classifier_onnx(tmp_path / "dynamic.onnx", batch="N")
+    model = openvino_core().read_model(str(dynamic))
+    make_static(model, OpenVinoOptions(dynamic_batch=True), needs_static=True, path=dynamic)
+    assert not model.is_dynamic() and list(model.inputs[0].get_shape()) == [1, 3, 32, 32]
+    fixed = openvino_core().read_model(str(build_tiny_classifier_onnx(tmp_path / "fixed.onnx")))
+    make_static(fixed, OpenVinoOptions(dynamic_batch=True), needs_static=False, path=dynamic)
+    assert fixed.inputs[0].get_partial_shape().to_string() == "[?,3,32,32]"
+
+
 def test_static_shape_fixes_a_dynamic_batch(tmp_path: Path) -> None:
     dynamic = build_tiny_classifier_onnx(tmp_path / "dynamic.onnx", batch="N")
     assert load_backend("openvino", source(dynamic)).inputs[0].shape == (None, 3, 32, 32)

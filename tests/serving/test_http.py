@@ -82,7 +82,7 @@ def test_infer_gives_what_the_model_gives_run_directly(
 
 
 def test_concurrent_requests_leave_the_queue_in_batches(start_serving: StartServing, batch_classifier: Path) -> None:
-    batching = {"max_batch_size": 8, "max_queue_delay_ms": 50}
+    batching = {"max_batch_size": 8, "max_queue_delay_ms": 50, "batch_when": "always"}
     serving = start_serving([{"name": "classifier", "path": str(batch_classifier), "batching": batching}])
     assert serving.models["classifier"].max_batch_size == 8
 
@@ -102,7 +102,7 @@ def test_concurrent_requests_leave_the_queue_in_batches(start_serving: StartServ
 
 
 def test_a_full_queue_answers_503_at_once(start_serving: StartServing, batch_classifier: Path) -> None:
-    batching = {"max_batch_size": 64, "max_queue_delay_ms": 1500, "max_queue_size": 2}
+    batching = {"max_batch_size": 64, "max_queue_delay_ms": 1500, "max_queue_size": 2, "batch_when": "always"}
     serving = start_serving([{"name": "classifier", "path": str(batch_classifier), "batching": batching}])
     body = json.dumps({"inputs": [{"name": "image", "shape": [1, 3, 32, 32], "datatype": "FP32",
                                    "data": images(1).ravel().tolist()}]}).encode()  # fmt: skip
@@ -120,7 +120,7 @@ def test_a_full_queue_answers_503_at_once(start_serving: StartServing, batch_cla
 def test_a_request_past_its_timeout_is_answered_504_and_never_runs(
     start_serving: StartServing, batch_classifier: Path
 ) -> None:
-    batching = {"max_batch_size": 64, "max_queue_delay_ms": 600, "timeout_ms": 100}
+    batching = {"max_batch_size": 64, "max_queue_delay_ms": 600, "timeout_ms": 100, "batch_when": "always"}
     serving = start_serving([{"name": "classifier", "path": str(batch_classifier), "batching": batching}])
     body = json.dumps({"inputs": [{"name": "image", "shape": [1, 3, 32, 32], "datatype": "FP32",
                                    "data": images(1).ravel().tolist()}]}).encode()  # fmt: skip

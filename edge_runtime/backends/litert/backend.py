@@ -62,19 +62,25 @@ _MODEL_FILE_SIGNS = ("not a valid Flatbuffer", "Could not open", "allocation is 
 
 
 class _Session:
-    """One interpreter with its tensor indices worked out once, so a call does no lookups."""
+    """One interpreter with its tensor indices worked out once, so a call does no lookups.
 
-    def __init__(self, interpreter: Any, model_name: str) -> None:
+    Inputs with a dynamic dimension are resized to each call's arrays. With `free_batch`, so is the first
+    dimension of every input of a model exported with a fixed batch: LiteRT resizes a fixed dimension
+    when asked without `strict`, and whether the graph keeps the batch apart shows when a batch runs.
+    """
+
+    def __init__(self, interpreter: Any, model_name: str, free_batch: bool = False) -> None:
         interpreter.allocate_tensors()
         self._model_name = model_name
         inputs = interpreter.get_input_details()
         self._interpreter = interpreter
         self._indices = [d["index"] for d in inputs]
         self._outputs = [d["index"] for d in interpreter.get_output_details()]
+        self._strict = not free_batch
         self._dynamic = {
             position: tuple(int(n) for n in d["shape"])
             for position, d in enumerate(inputs)
-            if -1 in d.get("shape_signature", ())
+            if -1 in d.get("shape_signature", ()) or (free_batch and len(d["shape"]))
         }
         self._set, self._invoke, self._get = interpreter.set_tensor, interpreter.invoke, interpreter.get_tensor
         if self._dynamic:
@@ -108,7 +114,7 @@ class _Session:
         for position, shape in self._dynamic.items():
             wanted = tuple(np.shape(inputs[position]))
             if wanted != shape:
-                self._interpreter.resize_tensor_input(self._indices[position], wanted, strict=True)
+                self._interpreter.resize_tensor_input(self._indices[position], wanted, strict=self._strict)
                 self._dynamic[position] = wanted
                 changed = True
         if changed:
@@ -165,9 +171,10 @@ class LiteRtBackend(Backend):
         self._library = interpreter_library()
         if not source.path.is_file():
             raise ModelLoadError(f"LiteRT model file {source.path} does not exist")
+        self._free_batch = self._options.dynamic_batch and not self._edgetpu_only
         interpreter, self._session, self._choice, failures = self._open()
-        self.inputs = _specs(interpreter.get_input_details())
-        self.outputs = _specs(interpreter.get_output_details())
+        self.inputs = _specs(interpreter.get_input_details(), self._free_batch)
+        self.outputs = _specs(interpreter.get_output_details(), self._free_batch)
         self.runs_on = self._describe(interpreter, failures)
 
     def infer(self, inputs: Sequence[np.ndarray]) -> Outputs:
@@ -177,7 +184,8 @@ class LiteRtBackend(Backend):
         """N private interpreters (an interpreter is not thread-safe), sharing the threads between them."""
         count = max_in_flight or self._options.max_in_flight or 2
         threads = max(1, self._threads // count)
-        sessions = [_Session(self._spawn(threads), self._source.path.name) for _ in range(count)]
+        name = self._source.path.name
+        sessions = [_Session(self._spawn(threads), name, self._free_batch) for _ in range(count)]
         return ThreadedAsyncRunner([session.run for session in sessions], callback)
 
     def close(self) -> None:
@@ -185,7 +193,7 @@ class LiteRtBackend(Backend):
 
     def _open(self) -> tuple[Any, _Session, DelegateChoice, list[str]]:
         """The first delegate in the fallback order that loads and prepares the model."""
-        edgetpu_only = self._source.target == "edgetpu" or self._source.path.stem.endswith("_edgetpu")
+        edgetpu_only = self._edgetpu_only
         name = self._source.path.name
         if edgetpu_only and self._options.delegate != "edgetpu":
             raise BackendUnavailableError(
@@ -204,7 +212,7 @@ class LiteRtBackend(Backend):
                 log.warning("LiteRT %s: %s", name, failures[-1])
                 continue
             try:
-                return interpreter, _Session(interpreter, name), choice, failures
+                return interpreter, _Session(interpreter, name, self._free_batch), choice, failures
             except (ValueError, RuntimeError) as exc:
                 unprepared = True
                 failures.append(f"{_describe_choice(choice)} could not prepare the model: {_one_line(exc)}")
@@ -213,6 +221,11 @@ class LiteRtBackend(Backend):
             raise ModelLoadError(f"LiteRT cannot prepare {self._source.path}: {'; '.join(failures)}")
         refusal = "; Edge TPU models never run on the CPU" if edgetpu_only else ""
         raise BackendUnavailableError(f"LiteRT cannot run {name}: {'; '.join(failures)}{refusal}")
+
+    @property
+    def _edgetpu_only(self) -> bool:
+        """A model compiled for the Edge TPU, whose shapes are fixed in the compiled graph."""
+        return self._source.target == "edgetpu" or self._source.path.stem.endswith("_edgetpu")
 
     def _interpreter(self, choice: DelegateChoice, delegate: Any, threads: int) -> Any:
         path = self._source.path
@@ -259,13 +272,15 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _specs(details: list[dict[str, Any]]) -> list[TensorSpec]:
-    return [TensorSpec(d["name"], _shape(d), np.dtype(d["dtype"]).name, _quantization(d)) for d in details]
+def _specs(details: list[dict[str, Any]], free_batch: bool = False) -> list[TensorSpec]:
+    return [TensorSpec(d["name"], _shape(d, free_batch), np.dtype(d["dtype"]).name, _quantization(d)) for d in details]
 
 
-def _shape(detail: dict[str, Any]) -> tuple[int | None, ...]:
-    dims = detail.get("shape_signature", detail["shape"])
-    return tuple(None if int(n) < 0 else int(n) for n in dims)
+def _shape(detail: dict[str, Any], free_batch: bool = False) -> tuple[int | None, ...]:
+    dims = [None if int(n) < 0 else int(n) for n in detail.get("shape_signature", detail["shape"])]
+    if free_batch and dims:
+        dims[0] = None
+    return tuple(dims)
 
 
 def _quantization(detail: dict[str, Any]) -> Quantization | None:

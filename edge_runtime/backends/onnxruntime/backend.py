@@ -68,6 +68,7 @@ __all__ = [
     "cuda_driver_device_names",
     "default_engine_cache_dir",
     "describe_runs_on",
+    "free_batch",
     "nvidia_device_names",
 ]
 
@@ -150,7 +151,11 @@ class OnnxRuntimeBackend(Backend):
             raise ModelLoadError(f"cannot load {source.path}: no such file")
         facts = inspect_model(source.path)
         self._threads = opts.threads or available_cores()
-        self._session = self._create_session(ort, source.path, build_providers(opts, quantized=facts.quantized))
+        graph = free_batch(source.path) if opts.dynamic_batch and TENSORRT not in chain else None
+        if opts.dynamic_batch and TENSORRT in chain:
+            log.info("onnxruntime: TensorRT builds its engines for the model's own shapes; %s keeps them", source.path)
+        providers = build_providers(opts, quantized=facts.quantized)
+        self._session = self._create_session(ort, source.path, providers, graph)
         self._invalid_argument: type[Exception] = ort.capi.onnxruntime_pybind11_state.InvalidArgument
         self.inputs = [_tensor_spec(arg) for arg in self._session.get_inputs()]
         self.outputs = [_tensor_spec(arg) for arg in self._session.get_outputs()]
@@ -168,7 +173,8 @@ class OnnxRuntimeBackend(Backend):
             log.warning("onnxruntime: %s for %s", self.runs_on.device_name, source.path)
         self._run = self._make_run()
 
-    def _create_session(self, ort: Any, path: Path, providers: list[ProviderEntry]) -> Any:
+    def _create_session(self, ort: Any, path: Path, providers: list[ProviderEntry], graph: bytes | None) -> Any:
+        """A session on `path`, or on `graph` (the same model with its batch freed) where given."""
         opts = self._options
         levels = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED"}
         session_options = ort.SessionOptions()
@@ -182,7 +188,8 @@ class OnnxRuntimeBackend(Backend):
         if TENSORRT in opts.provider_names():
             prepare_engine_cache(engine_cache_dir(opts))
         try:
-            return ort.InferenceSession(str(path), sess_options=session_options, providers=providers, enable_fallback=0)
+            source = graph if graph is not None else str(path)
+            return ort.InferenceSession(source, sess_options=session_options, providers=providers, enable_fallback=0)
         except Exception as error:
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             chain = ", ".join(name for name, _ in providers)
@@ -244,6 +251,35 @@ class OnnxRuntimeBackend(Backend):
 
 def _closed(inputs: Sequence[np.ndarray]) -> Outputs:
     raise RuntimeError("the onnxruntime backend was closed")
+
+
+def free_batch(path: Path) -> bytes | None:
+    """The model at `path` with the first dimension of every input and output named `batch` instead of fixed.
+
+    ONNX Runtime takes any size for a named dimension, so a model exported with a batch of 1 can run
+    batches. Whether the graph really keeps the batch apart (a Reshape to a constant [1, -1] does not)
+    shows only when a batch runs; the caller checks that. Shapes inferred for intermediate values are
+    dropped, since they would still say 1. None where the model already names its batch dimensions.
+    """
+    import onnx
+
+    try:
+        model = onnx.load(str(path))
+    except Exception as error:
+        raise ModelLoadError(f"cannot read {path} to free its batch dimension: {error}") from None
+    constants = {initializer.name for initializer in model.graph.initializer}
+    changed = False
+    for value in [*model.graph.input, *model.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        if value.name in constants or not dims or dims[0].HasField("dim_param"):
+            continue
+        dims[0].ClearField("dim_value")
+        dims[0].dim_param = "batch"
+        changed = True
+    if not changed:
+        return None
+    del model.graph.value_info[:]
+    return bytes(model.SerializeToString())
 
 
 def _fits(spec: TensorSpec, array: np.ndarray) -> bool:

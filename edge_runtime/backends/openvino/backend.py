@@ -8,6 +8,7 @@ device's OPTIMIZATION_CAPABILITIES, and `runs_on.precision` is what the compiled
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -62,6 +63,8 @@ __all__ = [
     "runs_quantized",
     "tensor_specs",
 ]
+
+log = logging.getLogger(__name__)
 
 _RESERVED_PROPERTIES = {
     "INFERENCE_PRECISION_HINT": "precision",
@@ -144,9 +147,9 @@ def make_static(model: Any, options: OpenVinoOptions, needs_static: bool, path: 
     the batch dimension for `options.dynamic_batch`."""
     from openvino import Dimension, PartialShape
 
-    if options.dynamic_batch:
-        if needs_static:
-            raise ConfigError(f"{path}: this device needs static shapes, so requests cannot be joined into batches")
+    if options.dynamic_batch and needs_static:
+        log.info("openvino: the device needs static shapes; %s keeps its own, so requests are not batched", path)
+    if options.dynamic_batch and not needs_static:
         shapes = {}
         for port in model.inputs:
             partial = port.get_partial_shape()
