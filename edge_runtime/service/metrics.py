@@ -41,8 +41,10 @@ _SERVING_COUNTERS = {
     "timed_out_in_queue": "requests that waited past their timeout and never ran",
     "inference_count": "samples inferred (over execution_count: the mean batch size)",
     "execution_count": "batches (or single requests) run on the backend",
+    "prepare_ms_total": "milliseconds spent reading requests into input tensors (parsing, image decoding), summed",
     "queue_ms_total": "milliseconds requests spent queued, summed",
     "compute_ms_total": "milliseconds executions took, summed",
+    "respond_ms_total": "milliseconds spent turning outputs into answers (encoding, decoding results), summed",
 }
 
 

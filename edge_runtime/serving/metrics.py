@@ -2,9 +2,10 @@
 
 `inference_count` counts samples and `execution_count` the batches they ran in, so their ratio is the
 mean batch size; the batch-size histogram shows how often each size left the queue. Times are
-milliseconds summed over the requests (queue) or the executions (compute), from which a reader takes
-means. The daemon puts `snapshot()` into its stats report, which the stats topic and the Prometheus
-endpoint both read.
+milliseconds per stage of a request's path, summed: prepare (request to input tensors), queue,
+compute (per execution) and respond (outputs to the answer), from which a reader takes means. The
+daemon puts `snapshot()` into its stats report, which the stats topic and the Prometheus endpoint
+both read.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ class ModelMetrics:
         self.inference_count = 0
         self.execution_count = 0
         self.execution_failure = 0
+        self.prepare_ms = 0.0
         self.queue_ms = 0.0
         self.compute_ms = 0.0
+        self.respond_ms = 0.0
         self.batch_sizes: Counter[int] = Counter()
 
     def request(self, ok: bool) -> None:
@@ -45,6 +48,14 @@ class ModelMetrics:
     def timed_out(self) -> None:
         with self._lock:
             self.timed_out_in_queue += 1
+
+    def prepared(self, took_ms: float) -> None:
+        with self._lock:
+            self.prepare_ms += took_ms
+
+    def responded(self, took_ms: float) -> None:
+        with self._lock:
+            self.respond_ms += took_ms
 
     def queued(self, waited_ms: float) -> None:
         with self._lock:
@@ -70,7 +81,9 @@ class ModelMetrics:
                 "inference_count": self.inference_count,
                 "execution_count": self.execution_count,
                 "execution_failure": self.execution_failure,
+                "prepare_ms_total": round(self.prepare_ms, 3),
                 "queue_ms_total": round(self.queue_ms, 3),
                 "compute_ms_total": round(self.compute_ms, 3),
+                "respond_ms_total": round(self.respond_ms, 3),
                 "batch_sizes": {str(size): count for size, count in sorted(self.batch_sizes.items())},
             }

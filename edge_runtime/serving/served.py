@@ -86,6 +86,21 @@ class ServedModel:
 
     def prepare(self, body: bytes, content_type: str, header_length: int | None) -> Prepared:
         """The request in `body` as model inputs; ProtocolError naming what does not fit."""
+        started = time.perf_counter()
+        try:
+            return self._prepare(body, content_type, header_length)
+        finally:
+            self.metrics.prepared((time.perf_counter() - started) * 1000)
+
+    def respond(self, prepared: Prepared, outputs: list[np.ndarray]) -> tuple[bytes, dict[str, str]]:
+        """The answer's body and headers: the outputs as the protocol encodes them, or an image's result message."""
+        started = time.perf_counter()
+        try:
+            return self._respond(prepared, outputs)
+        finally:
+            self.metrics.responded((time.perf_counter() - started) * 1000)
+
+    def _prepare(self, body: bytes, content_type: str, header_length: int | None) -> Prepared:
         if content_type in IMAGE_TYPES:
             return self._prepare_image(body)
         image = _bytes_input(body, header_length)
@@ -98,8 +113,7 @@ class ServedModel:
             raise ProtocolError(f"unknown output {unknown[0]!r}; the model gives {', '.join(output_names)}")
         return Prepared([request.inputs[t.name] for t in self.model.inputs], request)
 
-    def respond(self, prepared: Prepared, outputs: list[np.ndarray]) -> tuple[bytes, dict[str, str]]:
-        """The answer's body and headers: the outputs as the protocol encodes them, or an image's result message."""
+    def _respond(self, prepared: Prepared, outputs: list[np.ndarray]) -> tuple[bytes, dict[str, str]]:
         if prepared.request is None:
             message = self.describe(outputs, prepared.transform, prepared.started, prepared.pre_ms)
             return json.dumps(message, separators=(",", ":")).encode(), {"Content-Type": "application/json"}

@@ -99,6 +99,8 @@ def test_concurrent_requests_leave_the_queue_in_batches(start_serving: StartServ
     assert figures["inference_count"] == 16 and figures["request_success"] == 16
     assert figures["execution_count"] < 16  # their ratio is the mean batch size: some requests ran together
     assert max(int(size) for size in figures["batch_sizes"]) > 1
+    stages = ("prepare_ms_total", "queue_ms_total", "compute_ms_total", "respond_ms_total")
+    assert all(figures[stage] > 0 for stage in stages), figures
 
 
 def test_a_full_queue_answers_503_at_once(start_serving: StartServing, batch_classifier: Path) -> None:
