@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from edge_runtime.durable import replace_file
 
 __all__ = ["MeasurementStore", "measurement_key"]
 
@@ -47,11 +48,7 @@ class MeasurementStore:
         entries[key] = entry
         text = json.dumps({"version": self.version, "entries": entries}, indent=2, sort_keys=True)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            prefix = f".{self.path.stem}-"
-            with tempfile.NamedTemporaryFile("w", dir=self.path.parent, prefix=prefix, delete=False) as out:
-                out.write(text + "\n")
-            Path(out.name).replace(self.path)
+            replace_file(self.path, text + "\n")
         except OSError as error:
             log.warning("cannot store %s in %s (%s); measured again at the next start", self.what, self.path, error)
 

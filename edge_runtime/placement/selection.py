@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -32,6 +31,7 @@ from pydantic import ValidationError
 from edge_runtime.backends import BACKENDS, BackendKey, backend_class
 from edge_runtime.backends.base import BackendStatus
 from edge_runtime.config.base import describe_validation_error
+from edge_runtime.durable import replace_file
 from edge_runtime.errors import ConfigError
 from edge_runtime.hardware.facts import FACT_MISSING, Fact, Hardware
 from edge_runtime.package.loader import ModelPackage
@@ -360,9 +360,7 @@ def _write_store(
         "metrics": dict(metrics or {}),
     }
     text = json.dumps({"version": STORE_VERSION, "models": models}, indent=2, sort_keys=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".selections-", delete=False) as stream:
-        stream.write(text + "\n")
-    Path(stream.name).replace(path)
+    replace_file(path, text + "\n")
     return path
 
 
