@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from edge_runtime.backends.base import AsyncRunner, Outputs
 from edge_runtime.decoders.base import Decoder
@@ -26,7 +26,14 @@ from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.manifest import InputSpec
 from edge_runtime.pipeline.outputs import Described, MessageSink, Output, PublishPolicy, publish_outputs
 from edge_runtime.pipeline.preprocess import FrameTransform, Preprocessor, preprocessor_for
-from edge_runtime.pipeline.results import StageLatency, build_result, model_info, runtime_info
+from edge_runtime.pipeline.results import (
+    ModelInfo,
+    RuntimeInfo,
+    StageLatency,
+    build_result,
+    model_info,
+    runtime_info,
+)
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.service.stats import PipelineStats
 from edge_runtime.sources.base import EndOfSource, Frame, Item, Source
@@ -36,12 +43,38 @@ log = logging.getLogger(__name__)
 __all__ = ["Pipeline", "PublishPolicy"]
 
 
+@dataclass(frozen=True)
+class _ModelInUse:
+    """What turns a model's outputs into a result: kept with each job, so a job in flight when the model is
+    swapped is still decoded and described by the model that ran it."""
+
+    model: LoadedModel
+    decoder: Decoder
+    model_info: ModelInfo
+    runtime: RuntimeInfo
+    task: str
+
+    @classmethod
+    def of(cls, model: LoadedModel, decoder: Decoder) -> _ModelInUse:
+        return cls(model, decoder, model_info(model), runtime_info(model), model.package.manifest.task.value)
+
+
+@dataclass
+class _Swap:
+    model: LoadedModel
+    decoder: Decoder
+    input_spec: InputSpec
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
 @dataclass
 class _Job:
     item: Item
     transform: FrameTransform | None  # None for sensor windows, which have no pixels to map back to
     submitted: float  # perf_counter
     pre_ms: float
+    used: _ModelInUse
 
 
 class Pipeline:
@@ -77,9 +110,9 @@ class Pipeline:
         self._on_waiting = on_waiting or (lambda _name, _reason: None)
         self._max_in_flight = max_in_flight
         self._preprocess: Preprocessor = preprocessor_for(input_spec, model.inputs[0])
-        self._model_info = model_info(model)
-        self._runtime = runtime_info(model)
-        self._task = model.package.manifest.task.value
+        self._in_use = _ModelInUse.of(model, decoder)
+        self._swap: _Swap | None = None
+        self._swap_lock = threading.Lock()
         self._post_queue: queue.Queue[tuple[_Job, Outputs | None, BaseException | None] | None] = queue.Queue(64)
         self._stop = threading.Event()
         self._last_signature: object = None
@@ -106,10 +139,56 @@ class Pipeline:
         self._post_queue.put(None)
         self._threads[1].join(timeout)
 
+    def swap_model(self, model: LoadedModel, decoder: Decoder, input_spec: InputSpec, timeout: float = 30.0) -> None:
+        """Run every item read from now on through `model`, between two items: none is lost or run twice.
+
+        The feed thread takes the swap before it reads the next item: it waits for the requests in
+        flight (their results are still decoded and described by the model that ran them), then opens
+        the new model's runner. The caller releases the old model once this returns. Raises what the
+        new model's runner raised, with the old model still running.
+        """
+        swap = _Swap(model, decoder, input_spec)
+        with self._swap_lock:
+            feeding = self._threads and self._threads[0].is_alive()
+            if feeding:
+                self._swap = swap
+        if not feeding:
+            self._take_swap(swap)
+        elif not swap.done.wait(timeout):
+            with self._swap_lock:
+                if self._swap is swap:
+                    self._swap = None
+                    raise TimeoutError(f"pipeline {self.name}: the model was not swapped within {timeout:.0f} s")
+            swap.done.wait()
+        if swap.error is not None:
+            raise swap.error
+
+    def _take_swap(self, swap: _Swap) -> None:
+        try:
+            preprocess = preprocessor_for(swap.input_spec, swap.model.inputs[0])
+            runner = swap.model.backend.async_runner(self._on_inferred, self._max_in_flight)
+        except BaseException as error:
+            swap.error = error
+            swap.done.set()
+            return
+        old = self._runner
+        if old is not None:
+            old.wait_all()
+            old.close()
+        self._runner, self._preprocess = runner, preprocess
+        self.model, self.decoder = swap.model, swap.decoder
+        self._in_use = _ModelInUse.of(swap.model, swap.decoder)
+        self._last_signature = None
+        swap.done.set()
+
     def _feed(self) -> None:
         assert self._runner is not None
         try:
             while not self._stop.is_set():
+                with self._swap_lock:
+                    swap, self._swap = self._swap, None
+                if swap is not None:
+                    self._take_swap(swap)
                 try:
                     item = self.source.read(timeout=0.5)
                 except EndOfSource:
@@ -125,7 +204,7 @@ class Pipeline:
                 data = item.image if isinstance(item, Frame) else item.samples
                 tensor, transform = self._preprocess(data)
                 now = time.perf_counter()
-                self._runner.submit([tensor], _Job(item, transform, now, (now - started) * 1000))
+                self._runner.submit([tensor], _Job(item, transform, now, (now - started) * 1000, self._in_use))
         except Exception:
             log.exception("pipeline %s: feeding the model failed", self.name)
             self.stats.error()
@@ -153,7 +232,8 @@ class Pipeline:
     def _publish_result(self, job: _Job, outputs: Outputs) -> None:
         inferred = time.perf_counter()
         infer_ms = (inferred - job.submitted) * 1000
-        decoded = self.decoder.decode(outputs, self.model.outputs, job.transform)
+        used = job.used
+        decoded = used.decoder.decode(outputs, used.model.outputs, job.transform)
         keep = self._wanted(decoded)
         result = decoded.to_dict() if keep else None
         post_ms = (time.perf_counter() - inferred) * 1000
@@ -168,10 +248,10 @@ class Pipeline:
                 index=job.item.index,
                 captured_at=job.item.captured_at,
                 published_at=now,
-                model=self._model_info,
-                runtime=self._runtime,
+                model=used.model_info,
+                runtime=used.runtime,
                 latency=latency,
-                task=self._task,
+                task=used.task,
                 result=result,
             )
             self._hand_out(Described(job.item, decoded, message))

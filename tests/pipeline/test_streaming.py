@@ -208,3 +208,68 @@ def test_a_failing_output_is_counted_and_the_others_still_run(
     assert [r["index"] for r in sink.results()] == [0, 1, 2]  # the result output ran before the broken one
     assert seen == [0, 1, 2]  # and the one after it too
     assert pipeline.stats.errors == 3
+
+
+def test_a_model_swapped_mid_stream_takes_over_between_two_frames(
+    face_model: LoadedModel, face_package_dir: Path, frames: dict[str, np.ndarray]
+) -> None:
+    """No frame lost or published twice; every result names the model that ran it; the old model finishes its own."""
+    replacement = load_model(open_package(face_package_dir), "tflite/fp32", "litert", {"precision": "fp32"})
+    sink = RecordingSink()
+    images = [frames["face"]] * 400
+    source = FramesOnce(images)
+    pipeline = Pipeline(
+        name="faces",
+        topics=Topics("edge", "box"),
+        source=source,
+        model=face_model,
+        decoder=face_decoder(face_model),
+        input_spec=face_model.input_specs[0],
+        policy=PublishPolicy(),
+        sink=sink,
+    )
+    try:
+        pipeline.start()
+        while source.stats.delivered < 50:
+            time.sleep(0.005)
+        pipeline.swap_model(replacement, face_decoder(replacement), replacement.input_specs[0])
+        swapped_at = source.stats.delivered
+        assert pipeline.finished.wait(60)
+        pipeline.stop()
+    finally:
+        replacement.close()
+    results = sorted(sink.results(), key=lambda m: int(m["index"]))  # requests in flight may finish out of order
+    assert [m["index"] for m in results] == list(range(len(images)))
+    variants = [m["model"]["variant"] for m in results]
+    first_new = variants.index("tflite/fp32")
+    assert set(variants[:first_new]) == {"openvino/fp32"} and set(variants[first_new:]) == {"tflite/fp32"}
+    assert 50 <= first_new <= swapped_at  # the switch fell between two frames read around the call
+    runtimes = {m["runtime"]["backend"] for m in results[first_new:]}
+    assert runtimes == {"litert"} and pipeline.model is replacement
+    # Both models find the same face: the swap changed the model, not what the frames meant.
+    old_box, new_box = (
+        results[first_new - 1]["result"]["detections"][0]["box"],
+        results[first_new]["result"]["detections"][0]["box"],
+    )
+    assert old_box == pytest.approx(new_box, abs=2.0)
+
+
+def test_a_swap_whose_new_runner_fails_keeps_the_old_model(
+    face_model: LoadedModel, face_package_dir: Path, frames: dict[str, np.ndarray]
+) -> None:
+    """The new model's runner cannot open (the model was closed): the swap raises, the stream goes on unchanged."""
+    sink = RecordingSink()
+    source = FramesOnce([frames["face"]] * 60)
+    pipeline = Pipeline(
+        name="faces", topics=Topics("edge", "box"), source=source, model=face_model,
+        decoder=face_decoder(face_model), input_spec=face_model.input_specs[0], policy=PublishPolicy(), sink=sink,
+    )  # fmt: skip
+    broken = load_model(open_package(face_package_dir), "openvino/fp32", "openvino", {"precision": "fp32"})
+    broken.close()
+    pipeline.start()
+    with pytest.raises(AttributeError):
+        pipeline.swap_model(broken, face_decoder(face_model), face_model.input_specs[0])
+    assert pipeline.finished.wait(30)
+    pipeline.stop()
+    assert sorted(m["index"] for m in sink.results()) == list(range(60))
+    assert {m["model"]["variant"] for m in sink.results()} == {"openvino/fp32"} and pipeline.model is face_model
