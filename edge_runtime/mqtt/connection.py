@@ -212,6 +212,23 @@ class MqttConnection:
         if self.connected:
             self._client.subscribe(subscription, qos)
 
+    def unsubscribe(self, topic: str, share_group: str | None = None, timeout: float = 5.0) -> None:
+        """Stop the broker sending on `topic`. Returns once it confirmed: what it sent before then has
+        reached the handler (one connection keeps its order), and nothing arrives after."""
+        subscription = topic if share_group is None else shared(share_group, topic)
+        with self._lock:
+            self._subscriptions.pop(subscription, None)
+        if self.connected:
+            confirmed = threading.Event()
+            self._client.on_unsubscribe = lambda *_: confirmed.set()
+            self._client.unsubscribe(subscription)
+            confirmed.wait(timeout)
+
+    @property
+    def unsettled(self) -> int:
+        """Requests received on a connection with a window and not yet answered or dropped."""
+        return 0 if self._acks is None else self._acks.unsettled
+
     def reply(self, topic: str, payload: bytes, correlation: bytes | None = None) -> bool:
         """Publish an answer at QoS 1, echoing the request's correlation data (MQTT 5); False if not connected.
 

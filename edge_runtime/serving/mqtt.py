@@ -35,6 +35,7 @@ import binascii
 import json
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -96,15 +97,27 @@ class MqttRequests:
             log.info("taking the fleet's requests on %s in share group %s, up to %d at once",
                      self.topics.fleet_infer("<model>"), self.share_group, window)  # fmt: skip
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Leave the share group first and answer what the box holds before disconnecting: a box stopped
+        on purpose loses none of the fleet's requests, where one that dies loses what it held."""
+        fleet = self.fleet
+        if fleet is not None:
+            fleet.unsubscribe(self.topics.fleet_infer("+"), self.share_group)
         self._workers.shutdown(wait=True)
-        if self.fleet is not None:
-            self.fleet.stop()
+        if fleet is not None:
+            deadline = time.monotonic() + timeout
+            while fleet.unsettled and time.monotonic() < deadline:
+                time.sleep(0.01)
+            fleet.stop()
 
     def _receiver(self, via: MqttConnection) -> RequestHandler:
         def received(topic: str, payload: bytes, properties: Any, settle: Settle) -> None:
             """paho's network thread: decoding and preprocessing happen on a worker, never here."""
-            self._workers.submit(self._handle, via, topic, payload, properties, settle)
+            try:
+                self._workers.submit(self._handle, via, topic, payload, properties, settle)
+            except RuntimeError:  # the workers have stopped: the box is shutting down
+                settle()
+                log.warning("MQTT request on %s not taken: stopping", topic)
 
         return received
 

@@ -214,3 +214,17 @@ def test_a_box_killed_mid_load_costs_only_the_requests_it_held(
     after = [answers[i][0].box for i in range(noticed["first"], sent.stop)]
     assert set(after) == {"box-b", "box-c"}, Counter(after)
     assert Counter(a[0].box for a in answers.values())["box-a"] > 0  # it did answer before it hung
+
+
+def test_a_box_stopped_on_purpose_mid_load_loses_nothing(
+    client: FleetClient, daemons: dict[str, DaemonProcess]
+) -> None:
+    """SIGTERM: the box leaves the share group, answers what it holds, and only then disconnects."""
+    leaving = daemons["box-b"]
+    sent = send_steadily(client, 200, at={50: lambda: leaving.signal(signal.SIGTERM)})
+    assert leaving.wait(10) == 0, leaving.log
+    answers = client.wait_answered(sent, timeout=10)
+    assert sorted(answers) == list(sent), f"unanswered: {sorted(set(sent) - set(answers))}"
+    assert all(len(a) == 1 and a[0].ok for a in answers.values())
+    per_box = Counter(a[0].box for a in answers.values())
+    assert per_box["box-b"] > 0 and per_box["box-c"] > 100, per_box
