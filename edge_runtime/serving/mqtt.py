@@ -123,6 +123,13 @@ class MqttRequests:
 
     def _handle(self, via: MqttConnection, topic: str, payload: bytes, properties: Any, settle: Settle) -> None:
         try:
+            self._take(via, topic, payload, properties, settle)
+        except Exception:
+            settle()  # a request that failed unanswered must not keep its place in the in-flight window
+            log.exception("MQTT request on %s failed", topic)
+
+    def _take(self, via: MqttConnection, topic: str, payload: bytes, properties: Any, settle: Settle) -> None:
+        try:
             reply, body, content_type = self._unwrap(payload, properties, via, settle)
         except _Malformed as why:
             settle()
