@@ -18,6 +18,7 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_va
 from edge_runtime.backends import BACKENDS, BackendKey
 from edge_runtime.config.base import StrictModel
 from edge_runtime.mqtt.settings import MqttSettings
+from edge_runtime.mqtt.topics import FLEET
 from edge_runtime.package.manifest import DecoderSpec, InputSpec, Precision
 from edge_runtime.sources.configs import AnySource, CameraSourceConfig, SensorSourceConfig
 
@@ -265,6 +266,28 @@ class ServeSettings(StrictModel):
     http: HttpSettings = Field(default_factory=HttpSettings)
     mqtt: bool = Field(default=True, description="also answer requests on <prefix>/<device_id>/infer/<model>")
     models: tuple[ServedModelConfig, ...] = Field(min_length=1, description="the models requests may name")
+    share_group: str | None = Field(
+        default=None,
+        description="also take the fleet's requests, shared among the boxes of this group: "
+        "$share/<group>/<prefix>/fleet/infer/<model>",
+    )
+
+    @field_validator("share_group")
+    @classmethod
+    def _share_name(cls, group: str | None) -> str | None:
+        """MQTT forbids / + # in a share name; '$' anywhere would make `$share/<group>/...` ambiguous to read."""
+        if group is None:
+            return None
+        check_topic_safe(group)
+        if "$" in group:
+            raise ValueError(f"{group!r} cannot be a share group: it contains '$'")
+        return group
+
+    @model_validator(mode="after")
+    def _fleet_over_mqtt(self) -> ServeSettings:
+        if self.share_group is not None and not self.mqtt:
+            raise ValueError("share_group takes the fleet's requests over MQTT, but mqtt is false")
+        return self
 
     @field_validator("models")
     @classmethod
@@ -312,7 +335,12 @@ class DaemonConfig(StrictModel):
     @field_validator("device_id")
     @classmethod
     def _topic_safe_id(cls, device_id: str) -> str:
-        return check_topic_safe(device_id)
+        check_topic_safe(device_id)
+        if device_id == FLEET:
+            raise ValueError(
+                f"{FLEET!r} is reserved: <prefix>/{FLEET}/infer/<model> is where the fleet's requests arrive"
+            )
+        return device_id
 
     @field_validator("log_level", mode="before")
     @classmethod

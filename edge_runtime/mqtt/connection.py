@@ -11,6 +11,11 @@ its in-flight limit. This connection drops that queue at every connect instead: 
 belong to `Publisher`, which keeps every QoS >= 1 message in its spool until the broker acknowledges it
 and paces the re-sends itself. A QoS >= 1 message sent with `publish` directly and not acknowledged before
 a disconnect is therefore forgotten.
+
+A box may open a second, companion connection for requests it takes from a shared subscription: its
+session ends with it, so when the box dies the broker stops handing it the group's messages at once,
+instead of queueing them for a session that may never come back (Mosquitto's round robin does not
+skip disconnected members). It says nothing on the status topic, which belongs to the main connection.
 """
 
 from __future__ import annotations
@@ -37,15 +42,17 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from edge_runtime.errors import ConfigError
+from edge_runtime.mqtt.acks import InOrderAcks, Settle, settled
 from edge_runtime.mqtt.settings import MqttSettings, TlsSettings
-from edge_runtime.mqtt.topics import Topics
+from edge_runtime.mqtt.topics import Topics, shared
 
 log = logging.getLogger(__name__)
 PAHO_LOGGER = "edge_runtime.mqtt.paho"
 
 MessageHandler = Callable[[str, bytes], None]
-# A request: its topic, payload, and (MQTT 5) its properties, e.g. ResponseTopic and CorrelationData.
-RequestHandler = Callable[[str, bytes, Properties | None], None]
+# A request: its topic, payload, (MQTT 5) its properties, e.g. ResponseTopic and CorrelationData, and
+# what to call once it is answered or dropped (it acknowledges the request on a connection with a window).
+RequestHandler = Callable[[str, bytes, Properties | None, Settle], None]
 AckHandler = Callable[[int, bool], None]  # message id, and False when the broker refused the message (MQTT 5)
 ConnectListener = Callable[[int], None]  # the new connect_count; called in paho's thread before `connected` is set
 
@@ -53,10 +60,24 @@ ConnectListener = Callable[[int], None]  # the new connect_count; called in paho
 class MqttConnection:
     """One paho client, connected in the background and reconnected after every outage."""
 
-    def __init__(self, settings: MqttSettings, device_id: str, *, reconnect_min_s: int = 1) -> None:
+    def __init__(
+        self,
+        settings: MqttSettings,
+        device_id: str,
+        *,
+        reconnect_min_s: int = 1,
+        companion: str | None = None,
+        window: int | None = None,
+    ) -> None:
+        """`companion` names a connection beside the box's main one (see the module docstring). `window`
+        is the MQTT 5 Receive Maximum to ask for; with it, a request is acknowledged once settled."""
         self.settings = settings
         self.device_id = device_id
+        self.companion = companion
+        self.window = window
         self.client_id = settings.client_id or device_id
+        if companion is not None:
+            self.client_id = f"{self.client_id}-{companion}"
         self.status_topic = Topics(settings.topic_prefix, device_id).status
         self.connected = False
         self.connect_count = 0  # successful connects; a change tells the publisher a new session began
@@ -67,6 +88,7 @@ class MqttConnection:
         self._ack_handler: AckHandler | None = None
         self._connect_listeners: list[ConnectListener] = []
         self._subscriptions: dict[str, int] = {}
+        self._acks: InOrderAcks | None = None
         self._lock = threading.Lock()
         self._connected_event = threading.Event()
         self._started = False
@@ -83,15 +105,19 @@ class MqttConnection:
         client = Client(
             CallbackAPIVersion.VERSION2,
             client_id=self.client_id,
-            clean_session=None if v5 else False,
+            clean_session=None if v5 else self.companion is not None,
             protocol=MQTTProtocolVersion.MQTTv5 if v5 else MQTTProtocolVersion.MQTTv311,
+            manual_ack=self.window is not None,
         )
+        if self.window is not None:
+            self._acks = InOrderAcks(client.ack)
         client.enable_logger(self._paho_logger)
         client.suppress_exceptions = True  # a failing callback is logged; it must not end the network thread
         if settings.username is not None:
             password = settings.password.get_secret_value() if settings.password else None
             client.username_pw_set(settings.username, password)
-        client.will_set(self.status_topic, b"offline", qos=1, retain=True)
+        if self.companion is None:
+            client.will_set(self.status_topic, b"offline", qos=1, retain=True)
         if settings.tls is not None:
             _configure_tls(client, settings.tls)
         client.reconnect_delay_set(self._reconnect_min_s, max(self._reconnect_min_s, settings.reconnect_max_s))
@@ -122,12 +148,14 @@ class MqttConnection:
         settings = self.settings
         if settings.protocol == "5":
             properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
-            properties.SessionExpiryInterval = settings.session_expiry_s
+            properties.SessionExpiryInterval = 0 if self.companion else settings.session_expiry_s
+            if self.window is not None:
+                properties.ReceiveMaximum = self.window
             self._client.connect_async(
                 settings.host,
                 settings.effective_port,
                 keepalive=settings.keepalive_s,
-                clean_start=False,
+                clean_start=self.companion is not None,
                 properties=properties,
             )
         else:
@@ -142,7 +170,7 @@ class MqttConnection:
         if not self._started:
             return
         self._stopping = True
-        if self.connected:
+        if self.connected and self.companion is None:
             info = self._client.publish(self.status_topic, b"offline", qos=1, retain=True)
             _wait_quietly(info, timeout)
         self._client.disconnect()
@@ -169,22 +197,49 @@ class MqttConnection:
 
     def subscribe(self, topic: str, qos: int, handler: MessageHandler) -> None:
         """Deliver messages on `topic` to `handler(topic, payload)`, also after every reconnect."""
-        self.subscribe_requests(topic, qos, lambda topic, payload, _properties: handler(topic, payload))
+        self.subscribe_requests(topic, qos, lambda topic, payload, _properties, _settle: handler(topic, payload))
 
-    def subscribe_requests(self, topic: str, qos: int, handler: RequestHandler) -> None:
-        """Deliver messages on `topic` with their MQTT 5 properties (None under 3.1.1) to `handler`."""
+    def subscribe_requests(self, topic: str, qos: int, handler: RequestHandler, share_group: str | None = None) -> None:
+        """Deliver messages on `topic` with their MQTT 5 properties (None under 3.1.1) to `handler`.
+
+        With `share_group` the broker gives each message to one member of the group. Such a message
+        still carries its plain topic, so the callback is matched on `topic`, not on `$share/...`.
+        """
+        subscription = topic if share_group is None else shared(share_group, topic)
         with self._lock:
-            self._subscriptions[topic] = qos
-        self._client.message_callback_add(topic, _dispatcher(topic, handler))
+            self._subscriptions[subscription] = qos
+        self._client.message_callback_add(topic, _dispatcher(topic, handler, self._acks))
         if self.connected:
-            self._client.subscribe(topic, qos)
+            self._client.subscribe(subscription, qos)
+
+    def unsubscribe(self, topic: str, share_group: str | None = None, timeout: float = 5.0) -> None:
+        """Stop the broker sending on `topic`. Returns once it confirmed: what it sent before then has
+        reached the handler (one connection keeps its order), and nothing arrives after."""
+        subscription = topic if share_group is None else shared(share_group, topic)
+        with self._lock:
+            self._subscriptions.pop(subscription, None)
+        if self.connected:
+            confirmed = threading.Event()
+            self._client.on_unsubscribe = lambda *_: confirmed.set()
+            self._client.unsubscribe(subscription)
+            confirmed.wait(timeout)
+
+    @property
+    def unsettled(self) -> int:
+        """Requests received on a connection with a window and not yet answered or dropped."""
+        return 0 if self._acks is None else self._acks.unsettled
 
     def reply(self, topic: str, payload: bytes, correlation: bytes | None = None) -> bool:
-        """Publish an answer at QoS 1, echoing the request's correlation data (MQTT 5); False if not connected."""
+        """Publish an answer at QoS 1, echoing the request's correlation data (MQTT 5); False if not connected.
+
+        MQTT 5 answers name the box in the user property `served_by`: a request sent to a share group
+        may be answered by any of its boxes.
+        """
         properties = None
         if self.settings.protocol == "5":
             properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
             properties.ContentType = "application/json"
+            properties.UserProperty = [("served_by", self.device_id)]
             if correlation is not None:
                 properties.CorrelationData = correlation
         if not self.connected:
@@ -203,6 +258,8 @@ class MqttConnection:
             self.last_error = refusal
             return
         client.drop_out_messages()  # the publisher re-sends from its spool, at its own pace
+        if self._acks is not None:
+            self._acks.new_session()
         self.receive_maximum = getattr(properties, "ReceiveMaximum", None)
         with self._lock:
             if self.connect_count:
@@ -213,7 +270,8 @@ class MqttConnection:
             listener(self.connect_count)
         self.connected = True  # after connect_count: a reader that sees True also sees the new session
         self.last_error = self._paho_errors.last = ""
-        client.publish(self.status_topic, b"online", qos=1, retain=True)
+        if self.companion is None:
+            client.publish(self.status_topic, b"online", qos=1, retain=True)
         for topic, qos in subscriptions:
             client.subscribe(topic, qos)
         self._connected_event.set()
@@ -318,11 +376,15 @@ class _PahoErrors(logging.Filter):
         return True
 
 
-def _dispatcher(topic: str, handler: RequestHandler) -> Callable[[Client, Any, MQTTMessage], None]:
+def _dispatcher(
+    topic: str, handler: RequestHandler, acks: InOrderAcks | None
+) -> Callable[[Client, Any, MQTTMessage], None]:
     def dispatch(client: Client, userdata: Any, message: MQTTMessage) -> None:
+        settle = settled if acks is None else acks.received(message.mid, message.qos)
         try:
-            handler(message.topic, bytes(message.payload), getattr(message, "properties", None))
+            handler(message.topic, bytes(message.payload), getattr(message, "properties", None), settle)
         except Exception:
+            settle()
             log.exception("MQTT: handler for %s failed on a message from %s", topic, message.topic)
 
     return dispatch

@@ -6,6 +6,8 @@
     <prefix>/<device_id>/<pipeline>/snapshot      annotated JPEG, rate-limited (retained)
     <prefix>/<device_id>/<pipeline>/mask          segmentation mask PNG (retained)
     <prefix>/<device_id>/infer/<model>            requests for a served model (answered on their reply topic)
+    <prefix>/fleet/infer/<model>                  requests for any box of a share group, taken through
+                                                  $share/<group>/<prefix>/fleet/infer/<model>: one box each
 
 Subscribers (Home Assistant, Node-RED, cloud ingest) match on these, so they change only with the
 result schema's version.
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Topics"]
+__all__ = ["FLEET", "Topics", "shared"]
+
+FLEET = "fleet"  # the topic level where a device id would stand, for requests any box of a group may take
 
 
 @dataclass(frozen=True)
@@ -47,3 +51,12 @@ class Topics:
     def infer(self, model: str) -> str:
         """Where requests for a served model arrive; `infer("+")` subscribes to every model's."""
         return f"{self.device}/infer/{model}"
+
+    def fleet_infer(self, model: str) -> str:
+        """Where requests for any box that serves `model` arrive; not this box's own, so no device id."""
+        return f"{self.prefix}/{FLEET}/infer/{model}"
+
+
+def shared(group: str, topic_filter: str) -> str:
+    """The filter that takes each message on `topic_filter` at one member of `group` only (MQTT 5, Mosquitto 2)."""
+    return f"$share/{group}/{topic_filter}"

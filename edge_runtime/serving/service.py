@@ -66,7 +66,7 @@ class Serving:
         if self.settings.http.enabled:
             self._start_http()
         if self.settings.mqtt and self.connection is not None and self.topics is not None:
-            self.mqtt = MqttRequests(self.connection, self.topics, self.models)
+            self.mqtt = MqttRequests(self.connection, self.topics, self.models, share_group=self.settings.share_group)
             self.mqtt.start()
             log.info("answering requests on %s", self.topics.infer("<model>"))
 

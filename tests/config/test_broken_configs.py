@@ -56,6 +56,18 @@ CASES = [
     ({"serve": {"http": {"host": "0.0.0.0"}, "models": [{"name": "m", "path": "m"}]}}, "serve.http", "needs a token"),
     ({"serve": {"models": [{"name": "a/b", "path": "m"}]}}, "serve.models[0].name", "cannot be an MQTT topic level"),
     ({"serve": {"models": []}}, "serve.models", "at least 1 item"),
+    ({"serve": {"share_group": "a/b", "models": []}}, "serve.share_group", "it contains '/'"),
+    ({"serve": {"share_group": "all boxes", "models": []}}, "serve.share_group", "it contains ' '"),
+    ({"serve": {"share_group": "g+", "models": []}}, "serve.share_group", "it contains '+'"),
+    ({"serve": {"share_group": "$g", "models": []}}, "serve.share_group", "cannot start with '$'"),
+    ({"serve": {"share_group": "g$1", "models": []}}, "serve.share_group", "cannot be a share group: it contains '$'"),
+    ({"serve": {"share_group": "", "models": []}}, "serve.share_group", "must not be empty"),
+    (
+        {"serve": {"share_group": "g", "mqtt": False, "models": [{"name": "m", "path": "m"}]}},
+        "serve",
+        "share_group takes the fleet's requests over MQTT, but mqtt is false",
+    ),
+    ({"device_id": "fleet"}, "device_id", "'fleet' is reserved: <prefix>/fleet/infer/<model>"),
     (
         {"serve": {"models": [{"name": "m", "path": "m", "batching": {"max_batch_size": 1000}}]}},
         "serve.models[0].batching.max_batch_size",

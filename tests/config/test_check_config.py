@@ -39,3 +39,15 @@ def test_problems_are_listed_with_status_2(
 def test_a_missing_file_is_a_problem_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_check_config(argparse.Namespace(file=tmp_path / "nope.yaml")) == 2
     assert "nope.yaml: cannot read: No such file or directory" in capsys.readouterr().err
+
+
+def test_a_share_group_that_is_no_topic_level_is_refused_with_its_field(
+    base_config: dict[str, Any], write_config: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base_config["serve"] = {"share_group": "fleet/a", "models": []}
+    path = write_config(base_config)
+    assert run_check_config(argparse.Namespace(file=path)) == 2
+    problems = capsys.readouterr().err.splitlines()
+    assert any(
+        p.startswith(f"{path}:") and ": serve.share_group: " in p and "it contains '/'" in p for p in problems
+    ), problems

@@ -261,3 +261,41 @@ def test_password_login_and_a_wrong_password_reported_without_leaking_it(
     assert PASSWORD not in records  # ...and never shows the password
     assert PASSWORD not in caplog.text
     assert PASSWORD not in repr(good.settings) and PASSWORD not in str(good.settings.model_dump())
+
+
+@pytest.mark.parametrize("protocol", ["5", "3.1.1"])
+def test_a_companion_takes_a_shared_subscription_again_after_a_restart_and_keeps_no_session(
+    mosquitto: Mosquitto, protocol: str
+) -> None:
+    """Through `$share/...` a message still carries its plain topic; the companion's session ends with it."""
+    watcher = mosquitto.subscribe_collect("edge/box-1/status")
+    settings = MqttSettings(host="127.0.0.1", port=mosquitto.port, protocol=protocol)
+    received: list[tuple[str, bytes]] = []
+
+    def take(topic: str, payload: bytes, _properties: object, settle: Callable[[], None]) -> None:
+        received.append((topic, payload))
+        settle()
+
+    def companion() -> MqttConnection:
+        connection = MqttConnection(settings, "box-1", companion="fleet", window=4)
+        connection.subscribe_requests("edge/fleet/infer/+", 1, take, share_group="g")
+        connection.start()
+        assert connection.wait_connected(5) and connection.client_id == "box-1-fleet"
+        time.sleep(0.1)
+        return connection
+
+    first = companion()
+    try:
+        mosquitto.publish("edge/fleet/infer/m", b"before", qos=1)
+        assert wait_for(lambda: received == [("edge/fleet/infer/m", b"before")], 5), received
+        mosquitto.restart()
+        assert wait_for(lambda: not first.connected, 5) and wait_for(lambda: first.connected, 10)
+        time.sleep(0.2)
+        mosquitto.publish("edge/fleet/infer/m", b"after", qos=1)
+        assert wait_for(lambda: ("edge/fleet/infer/m", b"after") in received, 5), received
+    finally:
+        first.stop()
+    mosquitto.publish("edge/fleet/infer/m", b"while gone", qos=1)
+    companion().stop()
+    assert ("edge/fleet/infer/m", b"while gone") not in received  # a persistent session would have kept it
+    assert watcher.payloads() == []  # the status topic belongs to the main connection

@@ -100,6 +100,7 @@ def test_an_mqtt5_request_is_answered_on_its_response_topic_with_its_correlation
                CorrelationData=b"\x00req-7")  # fmt: skip
     answer, properties = mqtt5.answer()
     assert properties.CorrelationData == b"\x00req-7"
+    assert properties.UserProperty == [("served_by", "test-box")]
     (output,) = answer["outputs"]
     assert output["name"] == "probabilities" and output["shape"] == [2, 10]
     direct = served.models["classifier"].model.infer([samples])[0]
@@ -119,7 +120,7 @@ def test_mqtt311_requests_travel_in_an_envelope(mosquitto: Mosquitto, served: Se
         photo = base64.b64encode(PHOTO.read_bytes()).decode()
         client.send("faces", json.dumps({"reply_to": "app/answers", "correlation_id": "abc", "image": photo}).encode())
         answer, _ = client.answer()
-        assert answer["correlation_id"] == "abc"
+        assert answer["correlation_id"] == "abc" and answer["served_by"] == "test-box"
         assert [d["label"] for d in answer["response"]["result"]["detections"]] == ["face"]
         samples = np.zeros((1, 3, 32, 32), np.float32)
         envelope = {"reply_to": "app/answers", "correlation_id": 5, "request": tensor_request(samples)}
@@ -130,6 +131,7 @@ def test_mqtt311_requests_travel_in_an_envelope(mosquitto: Mosquitto, served: Se
         answer, _ = client.answer()
         assert answer == {
             "correlation_id": "x",
+            "served_by": "test-box",
             "error": "unknown model 'nothing'; served: classifier, faces",
             "code": 404,
         }
@@ -158,7 +160,19 @@ def test_a_bad_request_with_a_reply_topic_is_answered_with_the_error(
 
 @pytest.mark.parametrize(
     "reply_to",
-    ["app/+/answers", "app/#", "$SYS/broker", "edge/test-box/faces/result", "edge/test-box/status", "x" * 600, ""],
+    [
+        "app/+/answers",
+        "app/#",
+        "$SYS/broker",
+        "$share/g/app/answers",
+        "edge/test-box/faces/result",
+        "edge/test-box/status",
+        "edge/other-box/status",
+        "edge/fleet/infer/classifier",
+        "edge",
+        "x" * 600,
+        "",
+    ],
 )
 def test_a_request_with_no_usable_reply_topic_is_counted_and_dropped(
     mosquitto: Mosquitto, served: Serving, reply_to: str
