@@ -17,6 +17,7 @@ from broker import Mosquitto
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from waiting import wait_for
 
 from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.settings import MqttSettings
@@ -183,7 +184,8 @@ def test_a_request_with_no_usable_reply_topic_is_counted_and_dropped(
         client.send("classifier", json.dumps({"reply_to": reply_to, "request": {}}).encode())
         client.send("classifier", b"\xff\xfe garbage")  # no envelope at all
         assert served.mqtt is not None
-        assert watcher.wait_until(lambda _m: served.mqtt is not None and served.mqtt.dropped == 2, timeout=10)
+        assert wait_for(lambda: served.mqtt is not None and served.mqtt.dropped == 2, timeout=10)
+        assert watcher.wait_until(lambda messages: len([m for m in messages if "garbage" in str(m.payload)]) == 1)
         published = {m.topic for m in watcher.messages if not m.retain}
         assert published <= {TOPICS.infer("classifier")}  # nothing answered, anywhere
     finally:
