@@ -9,8 +9,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "edge_runtime"
 STAGES = ("sources", "decoders", "backends", "mqtt", "hardware", "package")
-ABOVE = ("placement", "measure", "service", "commands", "cli")
-ROOT_MODULES = {"__init__.py", "__main__.py", "cli.py", "errors.py"}
+ABOVE = ("placement", "measure", "serving", "rollout", "service", "commands", "cli")
+ROOT_MODULES = {"__init__.py", "__main__.py", "cli.py", "errors.py", "durable.py"}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -34,5 +34,5 @@ def test_a_stage_imports_nothing_from_above_it(stage: str) -> None:
     assert not offending
 
 
-def test_the_root_holds_only_the_command_line_the_package_face_and_the_errors() -> None:
+def test_the_root_holds_only_the_command_line_the_package_face_the_errors_and_durable_files() -> None:
     assert {path.name for path in PACKAGE.glob("*.py")} == ROOT_MODULES
