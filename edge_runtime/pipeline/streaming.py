@@ -113,6 +113,7 @@ class Pipeline:
         self._in_use = _ModelInUse.of(model, decoder)
         self._swap: _Swap | None = None
         self._swap_lock = threading.Lock()
+        self._taps: tuple[Callable[[Item], None], ...] = ()
         self._post_queue: queue.Queue[tuple[_Job, Outputs | None, BaseException | None] | None] = queue.Queue(64)
         self._stop = threading.Event()
         self._last_signature: object = None
@@ -138,6 +139,15 @@ class Pipeline:
             self._runner.close()
         self._post_queue.put(None)
         self._threads[1].join(timeout)
+
+    def add_tap(self, tap: Callable[[Item], None]) -> None:
+        """Also hand each item read to `tap`, on the feed thread: it must return at once (a shadow model's queue)."""
+        with self._swap_lock:
+            self._taps = (*self._taps, tap)
+
+    def remove_tap(self, tap: Callable[[Item], None]) -> None:
+        with self._swap_lock:
+            self._taps = tuple(t for t in self._taps if t is not tap)
 
     def swap_model(self, model: LoadedModel, decoder: Decoder, input_spec: InputSpec, timeout: float = 30.0) -> None:
         """Run every item read from now on through `model`, between two items: none is lost or run twice.
@@ -200,6 +210,11 @@ class Pipeline:
                         self.name, "input" if stats.connected else f"source: {stats.last_error or 'connecting'}"
                     )
                     continue
+                for tap in self._taps:
+                    try:
+                        tap(item)
+                    except Exception:
+                        log.exception("pipeline %s: a tap failed; the item goes on", self.name)
                 started = time.perf_counter()
                 data = item.image if isinstance(item, Frame) else item.samples
                 tensor, transform = self._preprocess(data)
