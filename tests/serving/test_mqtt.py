@@ -72,10 +72,32 @@ def connection(mosquitto: Mosquitto) -> Iterator[MqttConnection]:
 
 @pytest.fixture
 def served(
-    start_serving: StartServing, batch_classifier: Path, face_package: Path, connection: MqttConnection
+    mosquitto: Mosquitto,
+    start_serving: StartServing,
+    batch_classifier: Path,
+    face_package: Path,
+    connection: MqttConnection,
 ) -> Serving:
     models = [{"name": "classifier", "path": str(batch_classifier)}, {"name": "faces", "path": str(face_package)}]
-    return start_serving(models, connection=connection, topics=TOPICS, enabled=False)
+    serving = start_serving(models, connection=connection, topics=TOPICS, enabled=False)
+    wait_answering(mosquitto)
+    return serving
+
+
+def wait_answering(broker: Mosquitto) -> None:
+    """Until the broker has the box's subscription: a request published before it would reach nobody."""
+    probe = Client(broker, MQTTProtocolVersion.MQTTv5, reply_topic="app/probe")
+    try:
+        for _ in range(40):
+            probe.send("probe", b"{}", ResponseTopic="app/probe")
+            try:
+                probe.answer(timeout=0.25)
+                return
+            except queue.Empty:
+                continue
+        raise AssertionError("the box never answered on its request topic")
+    finally:
+        probe.close()
 
 
 @pytest.fixture
