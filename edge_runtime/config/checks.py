@@ -9,6 +9,7 @@ checked against it. A bare model file is hashed, as opening one infers its manif
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -29,12 +30,27 @@ def check_files(config: DaemonConfig) -> list[Problem]:
             problems += _check_pipeline(("pipelines", index), pipeline)
     if config.serve is not None:
         problems += _check_served(config)
+    problems += _check_trust(config)
     tls = config.mqtt.tls
     if tls is not None:
         for name in ("ca_file", "cert_file", "key_file"):
             file = getattr(tls, name)
             if file is not None and not file.is_file():
                 problems.append(Problem(("mqtt", "tls", name), f"file not found: {file}"))
+    return problems
+
+
+def _check_trust(config: DaemonConfig) -> list[Problem]:
+    """Every key file must hold an Ed25519 public key: a box that cannot read its keys refuses every model."""
+    from edge_runtime.package.signing import read_public_key
+
+    problems = []
+    for index, key in enumerate(config.trust.keys):
+        if isinstance(key, Path):
+            try:
+                read_public_key(key)
+            except EdgeRuntimeError as error:
+                problems.append(Problem(("trust", "keys", index), str(error)))
     return problems
 
 
