@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _signing_arguments(group: argparse._ArgumentGroup) -> None:
-    from edge_runtime.commands.package import parse_duration
+    from edge_runtime.commands.duration import parse_duration
 
     group.add_argument("--sign", type=Path, metavar="KEY", help="sign the package with this private key")
     group.add_argument("--release", type=int, help="release number to sign; boxes refuse lower ones (needs --sign)")

@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_signing_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from edge_runtime.commands.package import parse_duration
+    from edge_runtime.commands.duration import parse_duration
 
     keys = commands.add_parser("keys", help="make the Ed25519 keys that sign model packages")
     keys_commands = keys.add_subparsers(dest="keys_command", required=True, metavar="KEYS_COMMAND")

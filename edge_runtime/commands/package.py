@@ -7,9 +7,8 @@ it exits with status 2 and the reason when the package would be refused.
 from __future__ import annotations
 
 import argparse
-import re
 import tempfile
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 from edge_runtime.errors import EdgeRuntimeError, PackageRefused
@@ -23,17 +22,7 @@ from edge_runtime.package.signing import (
     verify_package,
 )
 
-__all__ = ["parse_duration", "run_package"]
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_duration(text: str) -> timedelta:
-    """`90d`, `12h`, `2w`, `30m`, `3600s`: how long a signature stays valid."""
-    match = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text)
-    if match is None or int(match.group(1)) == 0:
-        raise argparse.ArgumentTypeError(f"expected a duration like 90d, 12h or 2w, got {text!r}")
-    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+__all__ = ["describe", "run_package"]
 
 
 def run_package(args: argparse.Namespace) -> int:
