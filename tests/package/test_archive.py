@@ -158,3 +158,12 @@ def test_garbage_is_not_an_archive(tmp_path: Path) -> None:
     archive = tmp_path / "junk.tar"
     archive.write_bytes(b"not a tar archive at all" * 40)
     assert refused(archive, tmp_path).reason.startswith("not a readable tar archive: ")
+
+
+def test_an_archive_made_with_tar_dash_c_dot_unpacks(package: Path, tmp_path: Path) -> None:
+    archive = tmp_path / "face.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(package, arcname=".")
+    unpacked = unpack(archive, tmp_path / "staging")
+    assert (unpacked / "model.yaml").read_bytes() == (package / "model.yaml").read_bytes()
+    assert (unpacked / "openvino" / "fp32" / "model.bin").stat().st_mode & 0o777 == 0o644
