@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +11,7 @@ import pytest
 
 from edge_runtime.config import ConfigFileError, load_config
 from edge_runtime.config.trust import InlineKey
-from edge_runtime.package.signing import generate_keys
+from edge_runtime.package.signing import generate_keys, sign_package
 
 
 def problems_of(path: Path) -> list[str]:
@@ -23,6 +25,7 @@ def test_key_files_are_relative_to_the_config_and_make_signatures_required(
 ) -> None:
     generate_keys("ops", tmp_path / "etc" / "keys")
     base_config["trust"] = {"keys": ["keys/ops.pub"], "allow_downgrade": {"face_detection_short_range": 3}}
+    base_config["pipelines"][0]["enabled"] = False  # its model is unsigned
     config = load_config(write_config(base_config), environ={})
     assert config.trust.keys == (tmp_path / "etc" / "keys" / "ops.pub",)
     assert config.trust.signatures_required
@@ -70,3 +73,20 @@ def test_a_negative_release_and_a_bad_inline_key_are_problems(base_config: dict[
 def test_an_inline_key_is_accepted(tmp_path: Path) -> None:
     _, public = generate_keys("ops", tmp_path)
     assert InlineKey(pem=public.read_text()).pem.startswith("-----BEGIN PUBLIC KEY-----")
+
+
+def test_check_config_refuses_what_run_would_refuse(
+    base_config: dict[str, Any], write_config: Any, face_package_dir: Path, tmp_path: Path
+) -> None:
+    package = Path(shutil.copytree(face_package_dir, tmp_path / "etc" / "face"))
+    private, _ = generate_keys("ops", tmp_path / "etc")
+    base_config["trust"] = {"keys": ["ops.pub"]}
+    base_config["state_dir"] = str(tmp_path / "state")
+    base_config["pipelines"][0]["model"]["path"] = "face"
+    path = write_config(base_config)
+    assert problems_of(path) == [
+        f"{path}:10: pipelines[0].model.path: pipeline 'faces': package {package} refused: "
+        "unsigned: it has no signature.json"
+    ]
+    sign_package(package, private, release=1, expires=datetime.now(timezone.utc) + timedelta(days=1))
+    assert load_config(path, environ={}).trust.signatures_required
