@@ -99,6 +99,8 @@ class TrustPolicy:
         if not self.require_signed:
             return None
         root = path.parent if path.name == MANIFEST_NAME else path
+        if not path.exists():
+            raise EdgeRuntimeError(f"model not found: {path}")
         if not root.is_dir():
             reason = "unsigned: a bare model file carries no signature; ship it as a signed package"
             raise PackageRefused(str(path), reason, kind="unsigned")

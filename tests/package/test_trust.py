@@ -58,3 +58,9 @@ def test_a_loaded_release_refuses_older_ones_until_the_operator_allows_that_one(
     assert release is not None and release.release == 6
     allowing.loaded(release)
     assert allowing.releases.installed("face_detection_short_range") == 7
+
+
+def test_a_missing_package_is_reported_as_missing(keys: tuple[Path, Path], tmp_path: Path) -> None:
+    policy = TrustPolicy.build([read_public_key(keys[1])], None, tmp_path / "state")
+    with pytest.raises(EdgeRuntimeError, match=r"^model not found: .*nowhere$"):
+        policy.check(tmp_path / "nowhere")
