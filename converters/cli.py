@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 
 from converters.context import QuantizationSettings
@@ -65,7 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bench-seconds", type=float, default=2.0, help="seconds per latency/throughput run; 0 skips")
     parser.add_argument("--seed", type=int, default=0, help="seed for sample selection and benchmark inputs")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only warnings and the result")
+    _signing_arguments(parser.add_argument_group("signing (boxes that trust the key load only signed packages)"))
     return parser
+
+
+def _signing_arguments(group: argparse._ArgumentGroup) -> None:
+    from edge_runtime.commands.duration import parse_duration
+
+    group.add_argument("--sign", type=Path, metavar="KEY", help="sign the package with this private key")
+    group.add_argument("--release", type=int, help="release number to sign; boxes refuse lower ones (needs --sign)")
+    group.add_argument(
+        "--expires-in", type=parse_duration, default=parse_duration("90d"), help="signature lifetime (default 90d)"
+    )
 
 
 def _input_arguments(group: argparse._ArgumentGroup) -> None:
@@ -206,15 +218,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
     try:
+        _check_signing(args)
         report = convert(options_from(args))
+        print(summary(report, args.out_dir))
+        if report.package_written and args.sign is not None:
+            print(sign(args))
     except EdgeRuntimeError as error:
         print(f"edge-convert: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("edge-convert: interrupted", file=sys.stderr)
         return 130
-    print(summary(report, args.out_dir))
     return 0 if report.package_written else EXIT_NO_VARIANT
+
+
+def _check_signing(args: argparse.Namespace) -> None:
+    """Before converting, which takes minutes: a missing release or an unusable key would only show at the end."""
+    if args.sign is None:
+        if args.release is not None:
+            raise ConversionError("--release is the release number a signature carries; give --sign KEY as well")
+        return
+    if args.release is None or args.release < 0:
+        raise ConversionError("--sign needs --release N, the package's release number (0 or more)")
+    from edge_runtime.package.signing import load_private_key
+
+    load_private_key(args.sign)
+
+
+def sign(args: argparse.Namespace) -> str:
+    from edge_runtime.package.signing import format_time, sign_package
+
+    expires = datetime.now(timezone.utc) + args.expires_in
+    path = sign_package(args.out_dir, args.sign, args.release, expires)
+    return f"signed as release {args.release}, valid until {format_time(expires)}: {path}"
 
 
 if __name__ == "__main__":

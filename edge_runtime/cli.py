@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-config", help="validate a daemon config file without running it")
     check.add_argument("file", type=Path, help="the YAML config file")
 
+    _add_signing_commands(commands)
+
     run = commands.add_parser("run", help="run the daemon: pipelines from camera and sensor sources to MQTT")
     run.add_argument("--config", type=Path, default=Path("/etc/edge-runtime/config.yaml"), help="config file")
     run.add_argument("--root", type=Path, default=Path("/"), help="read hardware facts below this directory")
@@ -66,6 +68,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --exit-when-done, how long to wait for the spool to reach the broker (default 300)",
     )
     return parser
+
+
+def _add_signing_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from edge_runtime.commands.duration import parse_duration
+
+    keys = commands.add_parser("keys", help="make the Ed25519 keys that sign model packages")
+    keys_commands = keys.add_subparsers(dest="keys_command", required=True, metavar="KEYS_COMMAND")
+    new = keys_commands.add_parser("new", help="write NAME.key (private, mode 0600) and NAME.pub")
+    new.add_argument("name", help="the key's name, e.g. ops-2026")
+    new.add_argument("--dir", type=Path, default=Path(), help="where to write the two files (default: here)")
+
+    package = commands.add_parser("package", help="sign, verify or pack a model package")
+    package_commands = package.add_subparsers(dest="package_command", required=True, metavar="PACKAGE_COMMAND")
+    sign = package_commands.add_parser("sign", help="write signature.json into a package")
+    sign.add_argument("package", type=Path, help="model package directory")
+    sign.add_argument("--key", type=Path, required=True, help="private key file (from `keys new`)")
+    sign.add_argument("--release", type=int, required=True, help="release number; boxes refuse lower ones")
+    sign.add_argument(
+        "--expires-in", type=parse_duration, default=parse_duration("90d"), help="signature lifetime (default 90d)"
+    )
+    verify = package_commands.add_parser("verify", help="check a package, or its archive, as a box would")
+    verify.add_argument("package", type=Path, help="model package directory or .tar/.tar.gz archive")
+    verify.add_argument("--trust", type=Path, nargs="+", required=True, metavar="PUBKEY", help="trusted public keys")
+    verify.add_argument("--installed-release", type=int, help="refuse releases lower than this one, as a box would")
+    pack = package_commands.add_parser("pack", help="write a package as one reproducible tar archive")
+    pack.add_argument("package", type=Path, help="model package directory")
+    pack.add_argument("-o", "--output", type=Path, required=True, help="archive to write (.tar, .tar.gz)")
 
 
 def _add_box_options(parser: argparse.ArgumentParser) -> None:
@@ -95,6 +124,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from edge_runtime.commands.check_config import run_check_config
 
             return run_check_config(args)
+        if args.command == "keys":
+            from edge_runtime.commands.keys import run_keys
+
+            return run_keys(args)
+        if args.command == "package":
+            from edge_runtime.commands.package import run_package
+
+            return run_package(args)
         if args.command == "run":
             from edge_runtime.service.daemon import run_daemon
 

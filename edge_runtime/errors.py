@@ -53,3 +53,31 @@ class UnknownNameError(ConfigError):
         self.name = name
         self.known = known
         super().__init__(f"unknown {kind} {name!r}; known: {', '.join(known)}")
+
+
+class PackageRefused(EdgeRuntimeError):  # noqa: N818  (a refusal of untrusted input, not a fault)
+    """A model package failed its signature check and must not be loaded.
+
+    `kind` names the check for programs and logs (unsigned, unknown_key, bad_signature, other_package,
+    manifest_changed, file_changed, expired, rollback, unreadable); `reason` says it for people.
+    """
+
+    def __init__(self, path: str, reason: str, *, kind: str = "refused") -> None:
+        self.path = path
+        self.reason = reason
+        self.kind = kind
+        super().__init__(f"package {path} refused: {reason}")
+
+
+class ArchiveRefused(EdgeRuntimeError):  # noqa: N818  (a refusal of untrusted input, not a fault)
+    """A package archive is unsafe to unpack (escaping path, link, device, over a limit) or malformed.
+
+    `member` is the archive member at fault, None when the archive as a whole is.
+    """
+
+    def __init__(self, archive: str, member: str | None, reason: str) -> None:
+        self.archive = archive
+        self.member = member
+        self.reason = reason
+        where = f"{archive}: {member!r}" if member is not None else archive
+        super().__init__(f"archive {where} refused: {reason}")

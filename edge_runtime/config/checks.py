@@ -1,7 +1,8 @@
 """Checks of a valid config against the files it names, so that `check-config` finds what `run` would.
 
 Only enabled pipelines are checked: disabling a pipeline is how a box keeps one whose model is not
-deployed yet. A package's model files are not hashed here (loading verifies them); its manifest is
+deployed yet. A package's model files are not hashed here (loading verifies them) unless the box
+requires signed packages: then each is verified as `run` would before loading it. Its manifest is
 read, and the pinned variant, the decoder and preprocessing overrides and the kind of source are
 checked against it. A bare model file is hashed, as opening one infers its manifest that way.
 """
@@ -9,6 +10,7 @@ checked against it. A bare model file is hashed, as opening one infers its manif
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -29,12 +31,56 @@ def check_files(config: DaemonConfig) -> list[Problem]:
             problems += _check_pipeline(("pipelines", index), pipeline)
     if config.serve is not None:
         problems += _check_served(config)
+    trust_problems = _check_trust(config)
+    problems += trust_problems
+    if config.trust.signatures_required and not trust_problems:
+        problems += _check_signatures(config, {p.path for p in problems})
     tls = config.mqtt.tls
     if tls is not None:
         for name in ("ca_file", "cert_file", "key_file"):
             file = getattr(tls, name)
             if file is not None and not file.is_file():
                 problems.append(Problem(("mqtt", "tls", name), f"file not found: {file}"))
+    return problems
+
+
+def _check_trust(config: DaemonConfig) -> list[Problem]:
+    """Every key file must hold an Ed25519 public key: a box that cannot read its keys refuses every model."""
+    from edge_runtime.package.signing import read_public_key
+
+    problems = []
+    for index, key in enumerate(config.trust.keys):
+        if isinstance(key, Path):
+            try:
+                read_public_key(key)
+            except EdgeRuntimeError as error:
+                problems.append(Problem(("trust", "keys", index), str(error)))
+    return problems
+
+
+def _check_signatures(config: DaemonConfig, already: set[FieldPath | None]) -> list[Problem]:
+    """The check `run` makes before loading each model, for the models not already found wanting."""
+    from edge_runtime.package.trust import TrustPolicy
+
+    policy = TrustPolicy.from_settings(config.trust, config.state_dir)
+    models: list[tuple[FieldPath, str, Path]] = [
+        (("pipelines", index, "model", "path"), f"pipeline '{pipeline.name}'", pipeline.model.path)
+        for index, pipeline in enumerate(config.pipelines)
+        if pipeline.enabled
+    ]
+    if config.serve is not None:
+        models += [
+            (("serve", "models", index, "path"), f"served model '{model.name}'", model.path)
+            for index, model in enumerate(config.serve.models)
+        ]
+    problems = []
+    for where, label, path in models:
+        if where in already:
+            continue
+        try:
+            policy.check(path)
+        except EdgeRuntimeError as error:
+            problems.append(Problem(where, f"{label}: {error}"))
     return problems
 
 

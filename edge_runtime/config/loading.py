@@ -92,7 +92,7 @@ def _resolve_value(value: Any, base: Path) -> Any:
         return value if value.is_absolute() else base / value
     if isinstance(value, BaseModel):
         return resolve_paths(value, base)
-    if isinstance(value, tuple) and any(isinstance(item, BaseModel) for item in value):
+    if isinstance(value, tuple) and any(isinstance(item, (BaseModel, Path)) for item in value):
         items = tuple(_resolve_value(item, base) for item in value)
         return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
     return value

@@ -17,6 +17,7 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_va
 
 from edge_runtime.backends import BACKENDS, BackendKey
 from edge_runtime.config.base import StrictModel
+from edge_runtime.config.trust import TrustSettings
 from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.mqtt.topics import FLEET
 from edge_runtime.package.manifest import DecoderSpec, InputSpec, Precision
@@ -326,6 +327,7 @@ class DaemonConfig(StrictModel):
     stats: StatsSettings = Field(default_factory=StatsSettings, description="periodic counters")
     log_level: LogLevel = Field(default="info", description="debug, info, warning or error")
     serve: ServeSettings | None = Field(default=None, description="models answered on request, over HTTP")
+    trust: TrustSettings = Field(default_factory=TrustSettings, description="signed model packages this box loads")
     pipelines: tuple[PipelineConfig, ...] = Field(
         default=(),
         validate_default=True,

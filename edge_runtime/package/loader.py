@@ -76,6 +76,16 @@ class ModelPackage:
             target=variant.target,
         )
 
+    def verify_files(self) -> None:
+        """Check every file of every variant against its sha256, as loading checks the variant it loads.
+
+        A signature covers the files only through the checksums in `model.yaml`, so verifying a signed
+        package has to check them all, not only the variant this box would pick.
+        """
+        for variant_id, variant in self.manifest.variants.items():
+            for entry in variant.files:
+                self._verify(entry, variant_id)
+
     def _verify(self, entry: VariantFile, variant_id: str) -> None:
         path = self.root / entry.path
         if not path.is_file():

@@ -15,6 +15,7 @@ from typing import Any
 from edge_runtime.backends import backend_class
 from edge_runtime.config import ModelConfig
 from edge_runtime.package.loader import open_package
+from edge_runtime.package.trust import TrustPolicy
 from edge_runtime.placement.loading import Box, load_selected, select_for
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.placement.selection import Overrides, Selection
@@ -29,10 +30,13 @@ class _Shared:
 
 
 class ModelPool:
-    def __init__(self, box: Box, state_dir: Path, cache_dir: Path) -> None:
+    def __init__(self, box: Box, state_dir: Path, cache_dir: Path, trust: TrustPolicy | None = None) -> None:
+        """`trust`: when it requires signatures, every package is verified before it is opened, and a
+        refused one raises PackageRefused instead of loading."""
         self.box = box
         self.state_dir = state_dir
         self.cache_dir = cache_dir
+        self.trust = trust
         self._models: dict[str, _Shared] = {}
         self._user_key: dict[str, str] = {}
 
@@ -55,6 +59,7 @@ class ModelPool:
         (a served model joins a camera pipeline's rather than loading the model a second time).
         """
         path = config.path if config.path.is_absolute() else config_file.parent / config.path
+        signed = self.trust.check(path) if self.trust is not None else None
         package = open_package(path)
         overrides = Overrides(config.backend, config.device, config.precision, config.variant)
         selection = select_for(package, self.box, overrides, self.state_dir)
@@ -74,6 +79,8 @@ class ModelPool:
             }
             model, _ = load_selected(package, selection, extra, config.fidelity_tolerance, defaults)
             shared = self._models[key] = _Shared(model)
+            if self.trust is not None:
+                self.trust.loaded(signed)
         else:
             log.info("the model for %s is already loaded for %s: shared", user, ", ".join(sorted(shared.users)))
         shared.users.add(user)

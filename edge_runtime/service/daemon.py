@@ -28,6 +28,7 @@ from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.publisher import Publisher
 from edge_runtime.mqtt.spool import Spool
 from edge_runtime.mqtt.topics import Topics
+from edge_runtime.package.trust import TrustPolicy
 from edge_runtime.pipeline.build import build_pipeline
 from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.loading import Box, look_at_box
@@ -75,7 +76,8 @@ class Daemon:
         self.spool = Spool.from_settings(config.mqtt.spool, config.state_dir / "spool.sqlite")
         self.connection = MqttConnection(config.mqtt, config.device_id)
         self.publisher = Publisher(self.connection, self.spool, config.mqtt.spool)
-        self.model_pool = ModelPool(box, config.state_dir, config.cache_dir)
+        trust = TrustPolicy.from_settings(config.trust, config.state_dir)
+        self.model_pool = ModelPool(box, config.state_dir, config.cache_dir, trust)
         self.watchdog = ProgressWatchdog(self.notifier)
         self.serving: Serving | None = None
 
@@ -199,6 +201,8 @@ class Daemon:
             log.warning("reload: device id, broker or directories changed; restart the service to apply them")
         if new.serve != self.config.serve:
             log.warning("reload: the serve section changed; restart the service to apply it")
+        if new.trust != self.config.trust:
+            log.warning("reload: the trust section changed; restart the service to apply it")
         for name in (*diff.removed, *diff.changed):
             self._stop_pipeline(name, timeout=5.0)
         self.config = new

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters.cli import build_parser, options_from
+from converters.cli import build_parser, main, options_from
 from converters.errors import ConversionError
 from edge_runtime.package.loader import open_package
+from edge_runtime.package.signing import generate_keys, read_public_key, verify_package
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,3 +130,28 @@ def test_flags_become_options(tmp_path: Path) -> None:
     assert options.variants == ("openvino/int8", "onnx/int8")
     with pytest.raises(ConversionError, match="--max-drop"):
         options_from(build_parser().parse_args(["m.onnx", "-o", str(tmp_path), "--max-drop", "1.5"]))
+
+
+def test_sign_needs_a_release_and_a_usable_key_before_converting(
+    tiny_onnx: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert main([str(tiny_onnx), "-o", str(out), "--sign", str(tmp_path / "ops.key"), "-q"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "edge-convert: error: --sign needs --release N, the package's release number (0 or more)\n"
+    )
+    assert main([str(tiny_onnx), "-o", str(out), "--sign", str(tmp_path / "ops.key"), "--release", "1", "-q"]) == 2
+    assert capsys.readouterr().err.startswith(f"edge-convert: error: cannot read private key {tmp_path / 'ops.key'}")
+    assert not out.exists()
+
+
+def test_a_signed_conversion_verifies(tiny_onnx: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    private, public = generate_keys("ops", tmp_path / "keys")
+    out = tmp_path / "out"
+    args = [str(tiny_onnx), "-o", str(out), "--variants", "onnx/fp32", "--bench-seconds", "0", "-q"]
+    assert main([*args, "--sign", str(private), "--release", "2", "--expires-in", "7d"]) == 0
+    assert "signed as release 2, valid until " in capsys.readouterr().out
+    signed = verify_package(out, [read_public_key(public)])
+    assert signed.release == 2
+    assert {"report.md", "report.json"} <= set(signed.unlisted)

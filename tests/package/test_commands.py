@@ -1,0 +1,54 @@
+"""`edge-runtime keys` and `edge-runtime package`: what an operator types, and what they read back."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from edge_runtime.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = main(list(args))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_keys_sign_verify_and_pack_as_an_operator_would(
+    package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keys = tmp_path / "keys"
+    status, out, _ = run(capsys, "keys", "new", "ops", "--dir", str(keys))
+    assert status == 0 and f"private key: {keys / 'ops.key'}" in out
+    assert stat.S_IMODE((keys / "ops.key").stat().st_mode) == 0o600
+
+    status, out, _ = run(capsys, "package", "sign", str(package), "--key", str(keys / "ops.key"), "--release", "4")
+    assert status == 0 and out.startswith(f"signed {package} as release 4, valid until ")
+    assert json.loads((package / "signature.json").read_text())["release"] == 4
+
+    status, out, _ = run(capsys, "package", "verify", str(package), "--trust", str(keys / "ops.pub"))
+    assert status == 0
+    assert out.startswith(f"{package}: ok: face_detection_short_range version 0.10.14 release 4, signed by key ")
+
+    archive = tmp_path / "face.tar.gz"
+    assert run(capsys, "package", "pack", str(package), "-o", str(archive))[:2] == (0, f"{archive}\n")
+    status, _, err = run(
+        capsys, "package", "verify", str(archive), "--trust", str(keys / "ops.pub"), "--installed-release", "5"
+    )
+    assert status == 2
+    assert err.startswith(f"edge-runtime: error: package {archive} refused: release 4 is lower than release 5")
+
+
+def test_verify_exits_non_zero_with_the_reason_for_a_tampered_package(
+    signed_package: Path, keys: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = signed_package / "model.yaml"
+    manifest.write_text(manifest.read_text().replace("labels: [face]", "labels: [cat]"))
+    status, out, err = run(capsys, "package", "verify", str(signed_package), "--trust", str(keys[1]))
+    assert (status, out) == (2, "")
+    assert err.startswith(
+        f"edge-runtime: error: package {signed_package} refused: model.yaml changed after it was signed"
+    )
