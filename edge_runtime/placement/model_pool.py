@@ -2,6 +2,8 @@
 
 Several cameras watching with the same model on the same settings share one loaded model (one
 compiled network, one set of weights in memory); each pipeline still gets its own async runner.
+Where a rollout has made another release of a configured package active, that release is what loads
+(see `package.store`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 from edge_runtime.backends import backend_class
 from edge_runtime.config import ModelConfig
 from edge_runtime.package.loader import open_package
+from edge_runtime.package.manifest import MANIFEST_NAME, read_manifest
+from edge_runtime.package.store import ModelStore
 from edge_runtime.package.trust import TrustPolicy
 from edge_runtime.placement.loading import Box, load_selected, select_for
 from edge_runtime.placement.model import LoadedModel
@@ -37,6 +41,7 @@ class ModelPool:
         self.state_dir = state_dir
         self.cache_dir = cache_dir
         self.trust = trust
+        self.store = ModelStore(state_dir)
         self._models: dict[str, _Shared] = {}
         self._user_key: dict[str, str] = {}
 
@@ -49,6 +54,7 @@ class ModelPool:
         unpaced: bool = False,
         options: Mapping[str, Any] | None = None,
         share_any_pace: bool = False,
+        record_release: bool = True,
     ) -> LoadedModel:
         """The model for `user` (a pipeline, or a served model), loaded once per distinct model and settings.
 
@@ -57,8 +63,10 @@ class ModelPool:
         options the user needs (a dynamic batch dimension for a served model), part of what is shared.
         `share_any_pace`: take the model already loaded with these settings whatever hint its pace gave it
         (a served model joins a camera pipeline's rather than loading the model a second time).
+        `record_release`: a signed release raises the lowest release later loads accept; a rollout defers
+        that until it commits, so that rolling back to the release before stays possible.
         """
-        path = config.path if config.path.is_absolute() else config_file.parent / config.path
+        path = self.resolve(config.path if config.path.is_absolute() else config_file.parent / config.path)
         signed = self.trust.check(path) if self.trust is not None else None
         package = open_package(path)
         overrides = Overrides(config.backend, config.device, config.precision, config.variant)
@@ -79,13 +87,23 @@ class ModelPool:
             }
             model, _ = load_selected(package, selection, extra, config.fidelity_tolerance, defaults)
             shared = self._models[key] = _Shared(model)
-            if self.trust is not None:
+            if self.trust is not None and record_release:
                 self.trust.loaded(signed)
         else:
             log.info("the model for %s is already loaded for %s: shared", user, ", ".join(sorted(shared.users)))
         shared.users.add(user)
         self._user_key[user] = key
         return shared.model
+
+    def resolve(self, path: Path) -> Path:
+        """The package at `path`, or the release of it a rollout made active on this box."""
+        if not (path / MANIFEST_NAME).is_file():
+            return path  # a bare model file, or nothing: loading says what is wrong
+        active = self.store.active(read_manifest(path / MANIFEST_NAME).name)
+        if active is None:
+            return path
+        log.info("package %s: release %d is active on this box (%s)", active.package, active.release, active.path)
+        return active.path
 
     def release(self, user: str) -> None:
         key = self._user_key.pop(user, None)

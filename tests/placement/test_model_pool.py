@@ -75,3 +75,27 @@ def test_a_served_model_joins_the_model_a_camera_pipeline_loaded(face_package_di
     batched = pool.acquire("serve:b", served, Path("config.yaml"), options={"dynamic_batch": True}, share_any_pace=True)
     assert batched is not camera  # another compiled model: its batch dimension is free
     pool.close()
+
+
+def test_a_release_a_rollout_made_active_loads_instead_of_the_configs_package(
+    face_package_dir: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    import yaml
+
+    pool = ModelPool(look_at_box(), tmp_path / "state", tmp_path / "cache")
+    staged = pool.store.staging("r-1")
+    shutil.copytree(face_package_dir, staged, dirs_exist_ok=True)
+    manifest = yaml.safe_load((staged / "model.yaml").read_text())
+    manifest["version"] = "9.9"  # the release a rollout brought; the files are the same
+    (staged / "model.yaml").write_text(yaml.safe_dump(manifest))
+    installed = pool.store.install(manifest["name"], 4, staged)
+    config = ModelConfig(path=face_package_dir, backend="openvino")
+    assert pool.acquire("before", config, Path("config.yaml")).package.manifest.version != "9.9"
+    pool.store.activate(manifest["name"], 4)
+    model = pool.acquire("after", config, Path("config.yaml"))
+    assert model.package.root == installed.path and model.package.manifest.version == "9.9"
+    pool.store.activate(manifest["name"], None)
+    assert pool.acquire("back", config, Path("config.yaml")).package.root == face_package_dir
+    pool.close()

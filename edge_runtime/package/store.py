@@ -1,4 +1,4 @@
-"""Model versions installed on the box by rollouts, and which one of each package is active.
+"""Releases of packages installed on the box by rollouts, and which one of each package is active.
 
     <state_dir>/models/<package>/releases/<release>/   an unpacked, verified package
     <state_dir>/models/<package>/active.json            {"release": 7}

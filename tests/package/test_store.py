@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edge_runtime.errors import EdgeRuntimeError
-from edge_runtime.rollout.store import ModelStore
+from edge_runtime.package.store import ModelStore
 
 
 def staged(store: ModelStore, rollout_id: str, package_dir: Path) -> Path:
