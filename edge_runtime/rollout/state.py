@@ -84,6 +84,7 @@ class RolloutRecord:
     stage: Stage = Stage.DOWNLOADING
     reason: str = ""  # why it was rolled back
     steps: tuple[Step, ...] = field(default_factory=tuple)
+    checks: dict[str, Any] = field(default_factory=dict)  # what the shadow and probation measured
 
     @property
     def final(self) -> bool:
@@ -130,11 +131,12 @@ class Journal:
         self._write(moved)
         return moved
 
-    def roll_back(self, record: RolloutRecord, reason: str) -> RolloutRecord:
+    def roll_back(self, record: RolloutRecord, reason: str, checks: dict[str, Any] | None = None) -> RolloutRecord:
         if record.final:
             raise TransitionError(record.rollout_id, record.stage, Stage.ROLLED_BACK)
         steps = (*record.steps, Step(Stage.ROLLED_BACK, _now(), reason))
-        ended = replace(record, stage=Stage.ROLLED_BACK, reason=reason, steps=steps)
+        measured = {**record.checks, **(checks or {})}
+        ended = replace(record, stage=Stage.ROLLED_BACK, reason=reason, steps=steps, checks=measured)
         self._write(ended)
         return ended
 

@@ -20,31 +20,7 @@ from edge_runtime.pipeline.outputs import PublishPolicy
 from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.model import LoadedModel, load_model
 from edge_runtime.rollout.probation import ProbationLimits, watch
-from edge_runtime.sources.base import Frame, Source, SourceConfig
-
-
-class Camera(Source):
-    """A camera at `fps` that keeps only the newest frame: what the pipeline does not take in time is dropped."""
-
-    def __init__(self, image: np.ndarray, fps: float) -> None:
-        super().__init__(SourceConfig(), "camera")
-        self._image, self._period = image, 1.0 / fps
-        self._next = time.monotonic()
-
-    def start(self) -> None:
-        self.stats.connected = True
-
-    def read(self, timeout: float) -> Frame | None:
-        now = time.monotonic()
-        missed = int((now - self._next) / self._period) if now > self._next else 0
-        self.stats.dropped += missed
-        self._next = max(self._next + self._period * (missed + 1), now)
-        time.sleep(max(0.0, self._next - now))
-        self.stats.delivered += 1
-        return Frame(self._image, self.stats.delivered - 1, time.time(), self.name)
-
-    def close(self) -> None:
-        pass
+from tests.rollout.live import Camera
 
 
 class SlowDecoder:

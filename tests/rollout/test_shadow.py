@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +10,6 @@ import numpy as np
 import pytest
 
 from edge_runtime.decoders import make_decoder
-from edge_runtime.decoders.base import Decoder
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.loader import open_package
 from edge_runtime.package.manifest import InputSpec, ModelFormat, Precision, Task
@@ -21,42 +18,7 @@ from edge_runtime.pipeline.outputs import PublishPolicy
 from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.model import LoadedModel, load_model
 from edge_runtime.rollout.shadow import ShadowLimits, run_shadow
-from edge_runtime.sources.base import Frame, Source, SourceConfig
-
-
-class EndlessFrames(Source):
-    """The same photograph again and again, as a camera at `fps` would deliver it."""
-
-    def __init__(self, image: np.ndarray, fps: float = 100.0) -> None:
-        super().__init__(SourceConfig(), "camera")
-        self._image, self._period = image, 1.0 / fps
-
-    def start(self) -> None:
-        self.stats.connected = True
-
-    def read(self, timeout: float) -> Frame | None:
-        time.sleep(self._period)
-        self.stats.delivered += 1
-        return Frame(self._image, self.stats.delivered - 1, time.time(), self.name)
-
-    def close(self) -> None:
-        pass
-
-
-class NullSink:
-    def __init__(self) -> None:
-        self.count = 0
-        self._lock = threading.Lock()
-
-    def publish(self, topic: str, payload: bytes, qos: int, retain: bool) -> None:
-        with self._lock:
-            self.count += 1
-
-
-def decoder_of(model: LoadedModel) -> Decoder:
-    spec = model.package.manifest.decoder
-    assert spec is not None
-    return make_decoder(spec.name, spec.params, model.package.manifest.labels)
+from tests.rollout.live import Camera, CountingSink, decoder_of
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +36,10 @@ def new_model(face_package_dir: Path) -> Iterator[LoadedModel]:
 
 
 @pytest.fixture
-def live(old_model: LoadedModel, astronaut_bgr: np.ndarray) -> Iterator[tuple[Pipeline, NullSink]]:
-    sink = NullSink()
+def live(old_model: LoadedModel, astronaut_bgr: np.ndarray) -> Iterator[tuple[Pipeline, CountingSink]]:
+    sink = CountingSink()
     pipeline = Pipeline(
-        name="faces", topics=Topics("edge", "box"), source=EndlessFrames(astronaut_bgr), model=old_model,
+        name="faces", topics=Topics("edge", "box"), source=Camera(astronaut_bgr), model=old_model,
         decoder=decoder_of(old_model), input_spec=old_model.input_specs[0], policy=PublishPolicy(), sink=sink,
     )  # fmt: skip
     pipeline.start()
@@ -86,7 +48,7 @@ def live(old_model: LoadedModel, astronaut_bgr: np.ndarray) -> Iterator[tuple[Pi
 
 
 def test_a_sound_replacement_passes_and_the_live_pipeline_publishes_on(
-    live: tuple[Pipeline, NullSink], new_model: LoadedModel
+    live: tuple[Pipeline, CountingSink], new_model: LoadedModel
 ) -> None:
     pipeline, sink = live
     before = sink.count
@@ -100,7 +62,7 @@ def test_a_sound_replacement_passes_and_the_live_pipeline_publishes_on(
 
 
 def test_a_model_whose_outputs_do_not_decode_is_refused_with_the_first_error(
-    live: tuple[Pipeline, NullSink], new_model: LoadedModel, tiny_onnx: Path
+    live: tuple[Pipeline, CountingSink], new_model: LoadedModel, tiny_onnx: Path
 ) -> None:
     pipeline, _ = live
     package = open_package(tiny_onnx)
@@ -114,7 +76,7 @@ def test_a_model_whose_outputs_do_not_decode_is_refused_with_the_first_error(
     assert summary.reason.startswith("5 of 5 items failed in the new model; the first: decoding failed:")
 
 
-def test_a_model_slower_than_the_bound_is_refused(live: tuple[Pipeline, NullSink], new_model: LoadedModel) -> None:
+def test_a_model_slower_than_the_bound_is_refused(live: tuple[Pipeline, CountingSink], new_model: LoadedModel) -> None:
     pipeline, _ = live
     limits = ShadowLimits(items=10, max_latency_ratio=0.01)
     summary = run_shadow(pipeline, new_model, decoder_of(new_model), new_model.input_specs[0], limits)
@@ -123,7 +85,7 @@ def test_a_model_slower_than_the_bound_is_refused(live: tuple[Pipeline, NullSink
 
 
 def test_a_model_outside_its_fidelity_tolerance_never_reaches_the_live_items(
-    live: tuple[Pipeline, NullSink], tiny_onnx: Path, tiny_int8_onnx: Path, tmp_path: Path
+    live: tuple[Pipeline, CountingSink], tiny_onnx: Path, tiny_int8_onnx: Path, tmp_path: Path
 ) -> None:
     """An int8 variant held to a tolerance no quantized model meets: judged on the fidelity probe alone."""
     pipeline, _ = live
@@ -147,7 +109,9 @@ def test_a_model_outside_its_fidelity_tolerance_never_reaches_the_live_items(
     assert summary.reason.endswith("of their range from its fp32 variant (at most 0.0001% allowed)")
 
 
-def test_too_few_items_by_the_deadline_is_a_failure(live: tuple[Pipeline, NullSink], new_model: LoadedModel) -> None:
+def test_too_few_items_by_the_deadline_is_a_failure(
+    live: tuple[Pipeline, CountingSink], new_model: LoadedModel
+) -> None:
     pipeline, _ = live
     limits = ShadowLimits(items=1000, max_seconds=0.3, min_items=500)
     summary = run_shadow(pipeline, new_model, decoder_of(new_model), new_model.input_specs[0], limits)
