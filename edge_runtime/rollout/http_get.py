@@ -116,16 +116,17 @@ class HttpGetter:
                     raise DownloadError(self.source, f"TLS certificate of {redact(url)} refused: {error}") from None
                 except (OSError, http.client.HTTPException) as error:
                     raise self._failure(error) from None
-                if response.status in _REDIRECTS:
-                    url = self._redirect(url, response.getheader("Location"))
-                    continue
-                if 200 <= response.status < 300 or response.status == 416:
-                    yield response
-                    return
-                reason = f"server answered {response.status} {response.reason}".rstrip()
-                if response.status in RETRIED_STATUSES:
-                    raise RetryableError(reason, response.status)
-                raise DownloadError(self.source, reason, status=response.status)
+                with response:  # a response that was not read to its end holds the socket until closed
+                    if response.status in _REDIRECTS:
+                        url = self._redirect(url, response.getheader("Location"))
+                        continue
+                    if 200 <= response.status < 300 or response.status == 416:
+                        yield response
+                        return
+                    reason = f"server answered {response.status} {response.reason}".rstrip()
+                    if response.status in RETRIED_STATUSES:
+                        raise RetryableError(reason, response.status)
+                    raise DownloadError(self.source, reason, status=response.status)
             finally:
                 self._sock = None
                 connection.close()
