@@ -31,6 +31,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
@@ -115,8 +116,8 @@ def fetch(
         raise DownloadError(source, f"sha256 must be 64 hexadecimal digits, not {sha256!r}")
     if max_bytes < 0:
         raise DownloadError(source, f"max_bytes must not be negative, not {max_bytes}")
-    if attempts < 1:
-        raise ValueError(f"attempts must be at least 1, not {attempts}")
+    if attempts < 1 or timeout_s <= 0 or backoff_s < 0:
+        raise ValueError(f"need attempts >= 1, timeout_s > 0, backoff_s >= 0; got {attempts}, {timeout_s}, {backoff_s}")
     job = _Job(source, destination, expected, max_bytes, timeout_s, stop or threading.Event(), progress)
     if _digest(destination) == expected:
         return destination
@@ -253,18 +254,26 @@ def _receive(job: _Job, response: http.client.HTTPResponse, offset: int, total: 
     job.report(size, total)
     try:
         with job.part.open("ab") as out:
-            while chunk := job.http.read(response, min(_CHUNK, job.max_bytes - size + 1)):
-                if size + len(chunk) > job.max_bytes:
-                    raise job.refuse(f"server sent more than the limit of {job.max_bytes} bytes")
-                out.write(chunk)
-                size += len(chunk)
-                job.report(size, total)
-            out.flush()
-            os.fsync(out.fileno())
+            size = _write(job, out, lambda amount: job.http.read(response, amount), size, total, "server sent")
     except OSError as error:
         raise DownloadError(job.source, f"cannot write {job.part}: {error.strerror or error}") from None
     if total is not None and size < total:
         raise RetryableError(f"connection closed after {size} of {total} bytes")
+
+
+def _write(job: _Job, out: BinaryIO, read: Callable[[int], bytes], size: int, total: int | None, who: str) -> int:
+    """Copy what `read` gives into `out`, which holds `size` bytes, never past `max_bytes`; the size reached."""
+    while chunk := read(min(_CHUNK, job.max_bytes - size + 1)):
+        if job.stop.is_set():
+            raise job.stopped()
+        if size + len(chunk) > job.max_bytes:
+            raise job.refuse(f"{who} more than the limit of {job.max_bytes} bytes")
+        out.write(chunk)
+        size += len(chunk)
+        job.report(size, total)
+    out.flush()
+    os.fsync(out.fileno())
+    return size
 
 
 def _copy_local(job: _Job, path: Path) -> None:
@@ -273,17 +282,7 @@ def _copy_local(job: _Job, path: Path) -> None:
         with path.open("rb") as source, job.part.open("wb") as out:
             total = os.fstat(source.fileno()).st_size
             _check_size(job, total)
-            size = 0
-            while chunk := source.read(min(_CHUNK, job.max_bytes - size + 1)):
-                if job.stop.is_set():
-                    raise job.stopped()
-                if size + len(chunk) > job.max_bytes:
-                    raise job.refuse(f"{path} grew past the limit of {job.max_bytes} bytes")
-                out.write(chunk)
-                size += len(chunk)
-                job.report(size, total)
-            out.flush()
-            os.fsync(out.fileno())
+            _write(job, out, source.read, 0, total, f"{path} holds")
     except OSError as error:
         raise job.refuse(f"cannot copy {error.filename or path}: {error.strerror or error}") from None
     job.sidecar.unlink(missing_ok=True)

@@ -8,7 +8,7 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +19,7 @@ from broker import make_pki
 from edge_runtime.rollout.download import MAX_REDIRECTS, DownloadError, DownloadStoppedError, fetch, redact
 
 BODY = bytes(range(256)) * 40  # 10 240 bytes, every offset distinguishable
-TIMEOUT_S = 0.3
+TIMEOUT_S = 0.5
 
 
 def sha(data: bytes) -> str:
@@ -146,9 +146,30 @@ def server() -> Iterator[Server]:
         yield started
 
 
-def get(server: Server, tmp_path: Path, body: bytes = BODY, **options: object) -> Path:
-    settings: dict[str, object] = {"max_bytes": 1 << 20, "timeout_s": TIMEOUT_S, "backoff_s": 0.01, **options}
-    return fetch(f"{server.url}/pkg.tar", tmp_path / "pkg.tar", sha256=sha(body), **settings)  # type: ignore[arg-type]
+def get(
+    server: Server,
+    tmp_path: Path,
+    body: bytes = BODY,
+    *,
+    max_bytes: int = 1 << 20,
+    timeout_s: float = TIMEOUT_S,
+    attempts: int = 5,
+    backoff_s: float = 0.01,
+    progress: Callable[[int, int | None], None] | None = None,
+    stop: threading.Event | None = None,
+) -> Path:
+    """fetch() of the server's /pkg.tar into tmp_path, expecting `body`, with timeouts short enough for tests."""
+    return fetch(
+        f"{server.url}/pkg.tar",
+        tmp_path / "pkg.tar",
+        sha256=sha(body),
+        max_bytes=max_bytes,
+        timeout_s=timeout_s,
+        attempts=attempts,
+        backoff_s=backoff_s,
+        progress=progress,
+        stop=stop,
+    )
 
 
 def part_of(tmp_path: Path) -> Path:
@@ -220,6 +241,7 @@ def test_a_complete_part_answered_416_is_verified_and_published(server: Server, 
         get(server, tmp_path, attempts=1)
     assert part_of(tmp_path).read_bytes() == BODY
     assert get(server, tmp_path, attempts=1).read_bytes() == BODY
+    assert server.served.requests[1]["range"] == f"bytes={len(BODY)}-"
     assert server.served.sent[-1] == 0  # the 416 carried no body
 
 
@@ -338,15 +360,27 @@ def test_a_local_file_is_copied_under_the_same_checks(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tar", "b.tar", "local.tar"]
 
 
-def test_stop_aborts_a_stalled_read_at_once_and_keeps_the_part(server: Server, tmp_path: Path) -> None:
-    server.served.stalls = [6000]
+def stopped_soon(server: Server, tmp_path: Path, *, timeout_s: float, backoff_s: float) -> DownloadStoppedError:
+    """The error a fetch whose `stop` is set 0.2 s in ends with, once it has checked that came at once."""
     stop = threading.Event()
     threading.Timer(0.2, stop.set).start()
     started = time.monotonic()
-    with pytest.raises(DownloadStoppedError, match="6000 bytes kept"):
-        get(server, tmp_path, timeout_s=5, stop=stop)
+    with pytest.raises(DownloadStoppedError) as caught:
+        get(server, tmp_path, timeout_s=timeout_s, backoff_s=backoff_s, stop=stop)
     assert time.monotonic() - started < 1.5
+    return caught.value
+
+
+def test_stop_aborts_a_stalled_read_at_once_and_keeps_the_part(server: Server, tmp_path: Path) -> None:
+    server.served.stalls = [6000]
+    assert "6000 bytes kept" in stopped_soon(server, tmp_path, timeout_s=5, backoff_s=0.01).reason
     assert part_of(tmp_path).read_bytes() == BODY[:6000]
+    assert len(server.served.requests) == 1
+
+
+def test_stop_during_the_backoff_ends_the_wait(server: Server, tmp_path: Path) -> None:
+    server.served.statuses = [503]
+    assert "0 bytes kept" in stopped_soon(server, tmp_path, timeout_s=TIMEOUT_S, backoff_s=30).reason
     assert len(server.served.requests) == 1
 
 
