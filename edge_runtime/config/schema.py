@@ -17,6 +17,7 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_va
 
 from edge_runtime.backends import BACKENDS, BackendKey
 from edge_runtime.config.base import StrictModel
+from edge_runtime.config.rollout import RolloutSettings
 from edge_runtime.config.trust import TrustSettings
 from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.mqtt.topics import FLEET
@@ -328,6 +329,9 @@ class DaemonConfig(StrictModel):
     log_level: LogLevel = Field(default="info", description="debug, info, warning or error")
     serve: ServeSettings | None = Field(default=None, description="models answered on request, over HTTP")
     trust: TrustSettings = Field(default_factory=TrustSettings, description="signed model packages this box loads")
+    rollout: RolloutSettings = Field(
+        default_factory=RolloutSettings, description="how new model releases are fetched, tried and kept"
+    )
     pipelines: tuple[PipelineConfig, ...] = Field(
         default=(),
         validate_default=True,

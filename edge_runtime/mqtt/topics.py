@@ -6,6 +6,7 @@
     <prefix>/<device_id>/<pipeline>/snapshot      annotated JPEG, rate-limited (retained)
     <prefix>/<device_id>/<pipeline>/mask          segmentation mask PNG (retained)
     <prefix>/<device_id>/infer/<model>            requests for a served model (answered on their reply topic)
+    <prefix>/<device_id>/rollout/<rollout_id>     a rollout's state, with its reason on failure (retained)
     <prefix>/fleet/infer/<model>                  requests for any box of a share group, taken through
                                                   $share/<group>/<prefix>/fleet/infer/<model>: one box each
 
@@ -51,6 +52,9 @@ class Topics:
     def infer(self, model: str) -> str:
         """Where requests for a served model arrive; `infer("+")` subscribes to every model's."""
         return f"{self.device}/infer/{model}"
+
+    def rollout(self, rollout_id: str) -> str:
+        return f"{self.device}/rollout/{rollout_id}"
 
     def fleet_infer(self, model: str) -> str:
         """Where requests for any box that serves `model` arrive; not this box's own, so no device id."""

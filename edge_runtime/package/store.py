@@ -61,6 +61,9 @@ class ModelStore:
         sync_directory(target.parent)
         return Installed(package, release, target)
 
+    def path(self, package: str, release: int) -> Path:
+        return self._releases(package) / str(release)
+
     def active(self, package: str) -> Installed | None:
         pointer = self._directory(package) / POINTER
         try:

@@ -12,7 +12,7 @@ from edge_runtime.config import PipelineConfig
 from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.base import Decoder
 from edge_runtime.mqtt.topics import Topics
-from edge_runtime.package.manifest import DecoderSpec
+from edge_runtime.package.manifest import DecoderSpec, InputSpec
 from edge_runtime.pipeline.outputs import MessageSink, PublishPolicy
 from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.model import LoadedModel
@@ -20,7 +20,7 @@ from edge_runtime.sources import make_source
 from edge_runtime.sources.base import SourceContext
 from edge_runtime.sources.reconnect import mask_url
 
-__all__ = ["build_pipeline", "decoder_of", "describe_source"]
+__all__ = ["build_pipeline", "decoder_for", "decoder_of", "describe_source", "input_spec_for"]
 
 
 def build_pipeline(
@@ -34,22 +34,25 @@ def build_pipeline(
     on_waiting: Callable[[str, str], None] | None = None,
 ) -> Pipeline:
     """The pipeline `config` describes, on `model`; not started."""
-    input_spec = model.input_specs[0]
-    if config.preprocess is not None:
-        input_spec = config.preprocess.applied_to(input_spec)
     return Pipeline(
         name=config.name,
         topics=topics,
         source=make_source(config.source, describe_source(config), source_context),
         model=model,
         decoder=decoder_for(config, model),
-        input_spec=input_spec,
+        input_spec=input_spec_for(config, model),
         policy=publish_policy(config),
         sink=sink,
         max_in_flight=config.model.max_in_flight,
         on_progress=on_progress,
         on_waiting=on_waiting,
     )
+
+
+def input_spec_for(config: PipelineConfig, model: LoadedModel) -> InputSpec:
+    """The manifest's first input spec with the pipeline's preprocessing overrides applied."""
+    spec = model.input_specs[0]
+    return config.preprocess.applied_to(spec) if config.preprocess is not None else spec
 
 
 def decoder_for(config: PipelineConfig, model: LoadedModel) -> Decoder:

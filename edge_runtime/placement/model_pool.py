@@ -105,6 +105,14 @@ class ModelPool:
         log.info("package %s: release %d is active on this box (%s)", active.package, active.release, active.path)
         return active.path
 
+    def rename(self, user: str, new_user: str) -> None:
+        """Hand `user`'s model to `new_user` (a rollout's model becomes the pipeline's once committed)."""
+        key = self._user_key.pop(user)
+        shared = self._models[key]
+        shared.users.discard(user)
+        shared.users.add(new_user)
+        self._user_key[new_user] = key
+
     def release(self, user: str) -> None:
         key = self._user_key.pop(user, None)
         shared = self._models.get(key) if key else None

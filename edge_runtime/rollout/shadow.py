@@ -4,8 +4,8 @@ A model that loaded and passed the converter's checks can still be wrong for thi
 device, broken by this backend version, decoding this camera's frames into errors. So before the
 switch the new model sees the pipeline's own items, taken from the feed thread through a tap that never
 blocks it (a full shadow queue skips the item: the live pipeline comes first). On a thread of its own
-the shadow runs each taken item through the new model and, alternately, through the old one the same
-way, synchronously, so their latencies compare like with like on the same inputs. It passes when
+the shadow runs each taken item through the new model and through the old one the same way,
+synchronously, in alternating order, so their latencies compare like with like on the same inputs. It passes when
 - the new model stays within its fidelity tolerance of its own fp32 variant (checked once, first),
 - every item it ran decoded without an error, and
 - its median latency is at most `max_latency_ratio` times the old model's.
@@ -139,6 +139,9 @@ class _Shadow:
         data = item.image if isinstance(item, Frame) else item.samples
         tensor, transform = self._preprocess(data)
         self.ran += 1
+        old_first = self.ran % 2 == 0  # alternate which runs first, so neither always finds the caches warm
+        if old_first:
+            self._time_old(data)
         started = time.perf_counter()
         try:
             outputs = self.model.infer([tensor])
@@ -146,12 +149,12 @@ class _Shadow:
             self._failed(f"inference failed: {error}")
             return
         self.new_ms.append((time.perf_counter() - started) * 1000)
+        if not old_first:
+            self._time_old(data)
         try:
             self.decoder.decode(outputs, self.model.outputs, transform)
         except Exception as error:
             self._failed(f"decoding failed: {type(error).__name__}: {error}")
-        if self.ran % 2:  # the old model on every other item, the same way, for a like-for-like latency
-            self._time_old(data)
 
     def _time_old(self, data: np.ndarray) -> None:
         old = self.pipeline.model

@@ -1,0 +1,317 @@
+"""One rollout at a time on a running box: fetch, verify, stage, shadow, switch, probation, commit or roll back.
+
+Each step is written to the journal before it is taken (see `state`), and the package store's active
+pointer changes in one atomic write (see `package.store`), so a stop at any instant ends, after the next
+start, in the new release committed or the release before running: `recover` rolls back every rollout
+that was cut short, before the pipelines load. A running rollout keeps the old models loaded until it
+commits, so a rollback during probation is a swap back between two items, with nothing to reload.
+
+A box takes a rollout only of a package signed by a key it trusts (`trust.keys`): the archive comes
+from the network and is hostile until its signature, its files' checksums and its release number say
+otherwise. Progress goes to `<prefix>/<device_id>/rollout/<rollout_id>`, retained.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from edge_runtime.config.rollout import RolloutSettings
+from edge_runtime.config.schema import PipelineConfig
+from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.mqtt.topics import Topics
+from edge_runtime.package.archive import unpack
+from edge_runtime.package.signing import SignedRelease, verify_package
+from edge_runtime.package.store import ModelStore
+from edge_runtime.package.trust import TrustPolicy
+from edge_runtime.pipeline.build import decoder_for, input_spec_for
+from edge_runtime.pipeline.streaming import Pipeline
+from edge_runtime.placement.model import LoadedModel
+from edge_runtime.placement.model_pool import ModelPool
+from edge_runtime.rollout.probation import ProbationLimits, ProbationVerdict, watch
+from edge_runtime.rollout.shadow import ShadowLimits, run_shadow
+from edge_runtime.rollout.state import Journal, RolloutRecord, Stage
+
+__all__ = ["RolloutHost", "RolloutRequest", "Rollouts"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    rollout_id: str
+    package: str  # the name the package must carry: pipelines running it are the ones switched
+    source: str  # http(s) URL or local path of the archive
+    sha256: str
+    downgrade_to: int | None = None  # the one lower release the operator asks for, if any
+
+
+@dataclass(frozen=True)
+class RolloutHost:
+    """What a rollout needs of the daemon: its model pool, its pipelines and their configs, and MQTT."""
+
+    pool: ModelPool
+    config_file: Path
+    pipelines: Callable[[], Mapping[str, Pipeline]]
+    pipeline_config: Callable[[str], PipelineConfig]
+    publish: Callable[[str, bytes], None]  # retained, at least once
+    topics: Topics
+
+
+class _RolledBack(Exception):  # noqa: N818 - the reason a rollout stops, carried to one place
+    def __init__(self, reason: str, checks: dict[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.checks = checks or {}
+
+
+@dataclass
+class _Switched:
+    pipeline: Pipeline
+    old: LoadedModel
+    new: LoadedModel
+    user: str
+
+
+class Rollouts:
+    def __init__(
+        self, host: RolloutHost, settings: RolloutSettings, state_dir: Path, trust: TrustPolicy | None
+    ) -> None:
+        self.host = host
+        self.settings = settings
+        self.trust = trust
+        self.journal = Journal(state_dir)
+        self.store: ModelStore = host.pool.store
+        self._lock = threading.Lock()
+        self._running: tuple[RolloutRecord, threading.Thread, threading.Event] | None = None
+
+    # -- start-up -------------------------------------------------------------------------------------
+
+    def recover(self) -> list[RolloutRecord]:
+        """Roll back every rollout a stop cut short, before any pipeline loads; returns them, rolled back."""
+        self.store.clear_staging()
+        recovered = []
+        for record in self.journal.interrupted():
+            self.store.activate(record.package, record.previous_release)
+            reason = f"the box stopped while the rollout was {record.stage.value}; the release before runs"
+            recovered.append(self._publish(self.journal.roll_back(record, reason)))
+            log.warning("rollout %s of %s: %s", record.rollout_id, record.package, reason)
+        return recovered
+
+    # -- commands -------------------------------------------------------------------------------------
+
+    def start(self, request: RolloutRequest) -> RolloutRecord:
+        """Begin `request` on a thread of its own; raises EdgeRuntimeError when another one runs or it is refused."""
+        if self.trust is None or not self.trust.keys:
+            raise EdgeRuntimeError("this box trusts no signing key (trust.keys), so it takes no rollout")
+        with self._lock:
+            if self._running is not None and self._running[1].is_alive():
+                raise EdgeRuntimeError(f"rollout {self._running[0].rollout_id} is still running; abort it first")
+            record = self.journal.begin(
+                RolloutRecord(request.rollout_id, request.package, request.source, request.sha256.lower())
+            )
+            stop = threading.Event()
+            thread = threading.Thread(target=self._run, args=(record, request, stop), name="rollout", daemon=True)
+            self._running = (record, thread, stop)
+        self._publish(record)
+        thread.start()
+        return record
+
+    def abort(self, rollout_id: str) -> None:
+        with self._lock:
+            running = self._running
+        if running is None or running[0].rollout_id != rollout_id or not running[1].is_alive():
+            raise EdgeRuntimeError(f"rollout {rollout_id} is not running")
+        running[2].set()
+
+    def wait(self, timeout: float | None = None) -> RolloutRecord | None:
+        """The running rollout's final record once it ends (None if none ran or it did not end in time)."""
+        with self._lock:
+            running = self._running
+        if running is None:
+            return None
+        running[1].join(timeout)
+        return None if running[1].is_alive() else self.journal.get(running[0].rollout_id)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop a running rollout: it rolls back (a stop during probation is no proof of health)."""
+        with self._lock:
+            running = self._running
+        if running is not None and running[1].is_alive():
+            running[2].set()
+            running[1].join(timeout)
+
+    def status(self) -> list[dict[str, Any]]:
+        return [record.to_dict() for record in self.journal.records()[-10:]]
+
+    # -- the rollout, on its thread ---------------------------------------------------------------------
+
+    def _run(self, record: RolloutRecord, request: RolloutRequest, stop: threading.Event) -> None:
+        loaded: list[_Switched] = []  # new models acquired for the pipelines of the package
+        switched: list[_Switched] = []  # those a pipeline now runs
+        try:
+            record = self._fetch_and_stage(record, request, stop)
+            record = self._shadow(record, loaded, stop)
+            record = self._switch(record, loaded, switched)
+            record = self._probation(record, switched, stop)
+            self._commit(record, switched)
+        except _RolledBack as stopped:
+            self._roll_back(record.rollout_id, loaded, switched, stopped.reason, stopped.checks)
+        except Exception as error:  # a fault of the rollout itself must still end in a known state
+            log.exception("rollout %s failed", record.rollout_id)
+            self._roll_back(record.rollout_id, loaded, switched, f"the rollout failed: {error}", {})
+
+    def _fetch_and_stage(self, record: RolloutRecord, request: RolloutRequest, stop: threading.Event) -> RolloutRecord:
+        from edge_runtime.rollout.download import fetch
+
+        staging = self.store.staging(record.rollout_id)
+        settings = self.settings
+        try:
+            archive = fetch(
+                request.source, staging / "package.tar", sha256=record.sha256, max_bytes=settings.max_bytes,
+                timeout_s=settings.download_timeout_s, attempts=settings.download_attempts, stop=stop,
+            )  # fmt: skip
+            unpacked = unpack(archive, staging, max_bytes=settings.max_bytes, max_files=settings.max_files)
+            signed = self._verify(unpacked, request)
+        except EdgeRuntimeError as error:
+            raise _RolledBack(str(error)) from None
+        active = self.store.active(record.package)
+        record = self._advance(
+            record, Stage.VERIFIED, f"release {signed.release} signed by key {signed.key_id}",
+            release=signed.release, version=signed.version, previous_release=active.release if active else None,
+        )  # fmt: skip
+        installed = self.store.install(record.package, signed.release, unpacked)
+        shutil.rmtree(staging, ignore_errors=True)
+        return self._advance(record, Stage.STAGED, str(installed.path))
+
+    def _verify(self, unpacked: Path, request: RolloutRequest) -> SignedRelease:
+        assert self.trust is not None
+        signed = verify_package(
+            unpacked,
+            self.trust.keys,
+            installed_release=self.trust.releases.installed(request.package),
+            allowed_downgrade=request.downgrade_to,
+        )
+        if signed.name != request.package:
+            raise EdgeRuntimeError(f"the archive holds package {signed.name}, not {request.package}")
+        return signed
+
+    def _shadow(self, record: RolloutRecord, loaded: list[_Switched], stop: threading.Event) -> RolloutRecord:
+        targets = {name: p for name, p in self.host.pipelines().items() if p.model.package.name == record.package}
+        if not targets:
+            raise _RolledBack(f"no pipeline on this box runs package {record.package}")
+        record = self._advance(record, Stage.SHADOW, ", ".join(targets))
+        assert record.release is not None
+        path = self.store.path(record.package, record.release)
+        limits = ShadowLimits(**self.settings.shadow.model_dump())
+        summaries: dict[str, Any] = {}
+        for name, pipeline in targets.items():
+            config = self.host.pipeline_config(name)
+            user = f"rollout:{record.rollout_id}:{name}"
+            try:
+                new = self.host.pool.acquire(
+                    user, config.model.model_copy(update={"path": path}), self.host.config_file,
+                    unpaced=config.source.unpaced, record_release=False,
+                )  # fmt: skip
+            except EdgeRuntimeError as error:
+                raise _RolledBack(f"the new release does not load for pipeline {name}: {error}", summaries) from None
+            loaded.append(_Switched(pipeline, pipeline.model, new, user))
+            summary = run_shadow(pipeline, new, decoder_for(config, new), input_spec_for(config, new), limits, stop)
+            summaries[name] = summary.to_dict()
+            if stop.is_set():
+                raise _RolledBack("aborted during the shadow run", {"shadow": summaries})
+            if not summary.passed:
+                raise _RolledBack(f"shadow of pipeline {name}: {summary.reason}", {"shadow": summaries})
+        return replace(record, checks={"shadow": summaries})
+
+    def _switch(self, record: RolloutRecord, loaded: list[_Switched], switched: list[_Switched]) -> RolloutRecord:
+        """The active pointer first, then each pipeline between two of its items; a stop in between rolls back."""
+        record = self._advance(record, Stage.ACTIVE, "switching", checks=record.checks)
+        self.store.activate(record.package, record.release)
+        for entry in loaded:
+            config = self.host.pipeline_config(entry.pipeline.name)
+            try:
+                entry.pipeline.swap_model(entry.new, decoder_for(config, entry.new), input_spec_for(config, entry.new))
+            except Exception as error:
+                raise _RolledBack(f"pipeline {entry.pipeline.name} could not switch: {error}", record.checks) from None
+            switched.append(entry)
+        return record
+
+    def _probation(self, record: RolloutRecord, switched: list[_Switched], stop: threading.Event) -> RolloutRecord:
+        record = self._advance(record, Stage.PROBATION, f"{self.settings.probation.seconds:.0f} s")
+        limits = ProbationLimits(**self.settings.probation.model_dump())
+        verdicts: dict[str, ProbationVerdict] = {}
+        halt = threading.Event()  # set by a failing pipeline's watcher, or by an abort
+        watchers = []
+        for entry in switched:
+
+            def one(entry: _Switched = entry) -> None:
+                verdict = watch(entry.pipeline, limits, halt)
+                verdicts[entry.pipeline.name] = verdict
+                if not verdict.passed:
+                    halt.set()
+
+            thread = threading.Thread(target=one, name=f"probation-{entry.pipeline.name}", daemon=True)
+            thread.start()
+            watchers.append(thread)
+        while any(thread.is_alive() for thread in watchers):
+            if stop.wait(0.1):
+                halt.set()
+        for thread in watchers:
+            thread.join()
+        checks = {**record.checks, "probation": {name: v.to_dict() for name, v in verdicts.items()}}
+        failures = [f"pipeline {name}: {v.reason}" for name, v in verdicts.items() if not v.passed]
+        if failures:
+            first = next((f for f in failures if "probation was stopped" not in f), None)
+            raise _RolledBack(f"probation failed: {first}" if first else "aborted during probation", checks)
+        return replace(record, checks=checks)
+
+    def _commit(self, record: RolloutRecord, switched: list[_Switched]) -> None:
+        record = self._advance(record, Stage.COMMITTED, "", checks=record.checks)
+        for entry in switched:
+            self.host.pool.release(entry.pipeline.name)
+            self.host.pool.rename(entry.user, entry.pipeline.name)
+        if self.trust is not None and record.release is not None:
+            self.trust.releases.record(record.package, record.release)
+        removed = self.store.prune(record.package)
+        log.info(
+            "rollout %s: %s release %s committed%s", record.rollout_id, record.package, record.release,
+            f"; removed releases {removed}" if removed else "",
+        )  # fmt: skip
+
+    def _roll_back(
+        self, rollout_id: str, loaded: list[_Switched], switched: list[_Switched], reason: str, checks: dict[str, Any]
+    ) -> None:
+        """Back to the models and the release before, whatever step stopped; the journal says so last."""
+        for entry in reversed(switched):
+            try:
+                config = self.host.pipeline_config(entry.pipeline.name)
+                entry.pipeline.swap_model(entry.old, decoder_for(config, entry.old), input_spec_for(config, entry.old))
+            except Exception:
+                log.exception("rollout %s: pipeline %s could not switch back", rollout_id, entry.pipeline.name)
+        for entry in loaded:
+            self.host.pool.release(entry.user)
+        record = self.journal.get(rollout_id)
+        if record is None or record.final:
+            return
+        self.store.activate(record.package, record.previous_release)
+        shutil.rmtree(self.store.root / ".staging" / rollout_id, ignore_errors=True)
+        self._publish(self.journal.roll_back(record, reason, checks))
+        log.warning("rollout %s of %s rolled back: %s", rollout_id, record.package, reason)
+
+    # -- helpers ----------------------------------------------------------------------------------------
+
+    def _advance(self, record: RolloutRecord, stage: Stage, note: str, **changes: Any) -> RolloutRecord:
+        record = self.journal.advance(record, stage, note, **changes)
+        log.info("rollout %s of %s: %s %s", record.rollout_id, record.package, stage.value, note)
+        return self._publish(record)
+
+    def _publish(self, record: RolloutRecord) -> RolloutRecord:
+        self.host.publish(self.host.topics.rollout(record.rollout_id), json.dumps(record.to_dict()).encode())
+        return record
