@@ -9,7 +9,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "edge_runtime"
 STAGES = ("sources", "decoders", "backends", "mqtt", "hardware", "package")
-ABOVE = ("placement", "measure", "serving", "rollout", "service", "commands", "cli")
+ABOVE = ("placement", "measure", "serving", "rollout", "control", "service", "commands", "cli")
 ROOT_MODULES = {"__init__.py", "__main__.py", "cli.py", "errors.py", "durable.py"}
 
 

@@ -45,16 +45,18 @@ def check_files(config: DaemonConfig) -> list[Problem]:
 
 
 def _check_trust(config: DaemonConfig) -> list[Problem]:
-    """Every key file must hold an Ed25519 public key: a box that cannot read its keys refuses every model."""
+    """Every key file must hold an Ed25519 public key: a box that cannot read its keys refuses every model
+    (trust) or every command (control)."""
     from edge_runtime.package.signing import read_public_key
 
     problems = []
-    for index, key in enumerate(config.trust.keys):
-        if isinstance(key, Path):
-            try:
-                read_public_key(key)
-            except EdgeRuntimeError as error:
-                problems.append(Problem(("trust", "keys", index), str(error)))
+    for section, keys in (("trust", config.trust.keys), ("control", config.control.keys)):
+        for index, key in enumerate(keys):
+            if isinstance(key, Path):
+                try:
+                    read_public_key(key)
+                except EdgeRuntimeError as error:
+                    problems.append(Problem((section, "keys", index), str(error)))
     return problems
 
 

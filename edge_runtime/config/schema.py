@@ -17,6 +17,7 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_va
 
 from edge_runtime.backends import BACKENDS, BackendKey
 from edge_runtime.config.base import StrictModel
+from edge_runtime.config.control import ControlSettings
 from edge_runtime.config.rollout import RolloutSettings
 from edge_runtime.config.trust import TrustSettings
 from edge_runtime.mqtt.settings import MqttSettings
@@ -329,6 +330,9 @@ class DaemonConfig(StrictModel):
     log_level: LogLevel = Field(default="info", description="debug, info, warning or error")
     serve: ServeSettings | None = Field(default=None, description="models answered on request, over HTTP")
     trust: TrustSettings = Field(default_factory=TrustSettings, description="signed model packages this box loads")
+    control: ControlSettings = Field(
+        default_factory=ControlSettings, description="operators whose signed commands this box takes over MQTT"
+    )
     rollout: RolloutSettings = Field(
         default_factory=RolloutSettings, description="how new model releases are fetched, tried and kept"
     )

@@ -13,7 +13,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from edge_runtime.config.base import StrictModel
 
-__all__ = ["InlineKey", "TrustSettings"]
+__all__ = ["InlineKey", "KeyEntry", "TrustSettings"]
 
 
 class InlineKey(StrictModel):
@@ -40,10 +40,14 @@ def _key_entry(value: object) -> object:
     return InlineKey(pem=value["pem"])
 
 
+KeyEntry = Annotated[Path | InlineKey, BeforeValidator(_key_entry)]
+"""A trusted public key: the path of a .pub file (relative to the config file), or {pem: ...}."""
+
+
 class TrustSettings(StrictModel):
     """Which signed model packages this box loads: see the README's "Signed model packages"."""
 
-    keys: tuple[Annotated[Path | InlineKey, BeforeValidator(_key_entry)], ...] = Field(
+    keys: tuple[KeyEntry, ...] = Field(
         default=(),
         description="trusted public keys: paths to .pub files (relative to the config file) or {pem: ...}; "
         "several, so a new key can be trusted before the old one is retired",

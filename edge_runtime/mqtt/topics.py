@@ -7,6 +7,7 @@
     <prefix>/<device_id>/<pipeline>/mask          segmentation mask PNG (retained)
     <prefix>/<device_id>/infer/<model>            requests for a served model (answered on their reply topic)
     <prefix>/<device_id>/rollout/<rollout_id>     a rollout's state, with its reason on failure (retained)
+    <prefix>/<device_id>/command                  operators' signed commands (answered on their reply topic)
     <prefix>/fleet/infer/<model>                  requests for any box of a share group, taken through
                                                   $share/<group>/<prefix>/fleet/infer/<model>: one box each
 
@@ -52,6 +53,10 @@ class Topics:
     def infer(self, model: str) -> str:
         """Where requests for a served model arrive; `infer("+")` subscribes to every model's."""
         return f"{self.device}/infer/{model}"
+
+    @property
+    def command(self) -> str:
+        return f"{self.device}/command"
 
     def rollout(self, rollout_id: str) -> str:
         return f"{self.device}/rollout/{rollout_id}"

@@ -43,11 +43,13 @@ __all__ = [
     "SIGNATURE_NAME",
     "SignedRelease",
     "TrustedKey",
+    "canonical_json",
     "format_time",
     "generate_keys",
     "key_id_of",
     "load_private_key",
     "manifest_digest",
+    "parse_time",
     "read_public_key",
     "sign_package",
     "verify_package",
@@ -135,7 +137,8 @@ def generate_keys(name: str, directory: Path) -> tuple[Path, Path]:
     return private_path, public_path
 
 
-def _canonical_json(data: Any) -> bytes:
+def canonical_json(data: Any) -> bytes:
+    """The one byte form of a JSON value that is signed: sorted keys, no spaces, UTF-8."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
@@ -143,7 +146,7 @@ def manifest_digest(manifest_path: Path) -> str:
     """The sha256 of `model.yaml`'s canonical form: parsed, then written as sorted compact JSON."""
     try:
         data = yaml.safe_load(manifest_path.read_text(encoding="utf-8"))
-        return hashlib.sha256(_canonical_json(data)).hexdigest()
+        return hashlib.sha256(canonical_json(data)).hexdigest()
     except OSError as error:
         raise ManifestError(str(manifest_path), [f"cannot read: {error.strerror}"]) from None
     except (yaml.YAMLError, TypeError, ValueError) as error:
@@ -154,7 +157,7 @@ def format_time(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime(_TIME_FORMAT)
 
 
-def _parse_time(text: object, field: str) -> datetime:
+def parse_time(text: object, field: str) -> datetime:
     if not isinstance(text, str):
         raise ValueError(f"{field} must be a time like 2027-01-31T12:00:00Z")
     try:
@@ -187,7 +190,7 @@ def sign_package(
         "signed_at": format_time(signed_at),
         "manifest_sha256": manifest_digest(root / MANIFEST_NAME),
     }
-    signature = key.sign(_DOMAIN + _canonical_json(statement))
+    signature = key.sign(_DOMAIN + canonical_json(statement))
     document = statement | {"signature": base64.b64encode(signature).decode("ascii")}
     path = root / SIGNATURE_NAME
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
@@ -255,7 +258,7 @@ def verify_package(
         raise PackageRefused(where, reason, kind="unknown_key")
     statement = {field: document[field] for field in _SIGNED_FIELDS}
     try:
-        key.public_key.verify(signature, _DOMAIN + _canonical_json(statement))
+        key.public_key.verify(signature, _DOMAIN + canonical_json(statement))
     except (InvalidSignature, TypeError, ValueError):
         reason = f"bad signature: {SIGNATURE_NAME} does not verify with key {key.key_id} ({key.source})"
         raise PackageRefused(where, reason, kind="bad_signature") from None
@@ -307,8 +310,8 @@ def _signed_release(where: str, statement: dict[str, Any]) -> SignedRelease:
             name=statement["name"],
             version=statement["version"],
             release=release,
-            expires=_parse_time(statement["expires"], "expires"),
-            signed_at=_parse_time(statement["signed_at"], "signed_at"),
+            expires=parse_time(statement["expires"], "expires"),
+            signed_at=parse_time(statement["signed_at"], "signed_at"),
             key_id=statement["key_id"],
             manifest_sha256=statement["manifest_sha256"],
         )

@@ -8,18 +8,18 @@ rather than forgetting the releases, since forgetting them is what a rollback ne
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from edge_runtime.config.trust import TrustSettings
+from edge_runtime.config.trust import InlineKey, TrustSettings
+from edge_runtime.durable import replace_file
 from edge_runtime.errors import EdgeRuntimeError, PackageRefused
 from edge_runtime.package.manifest import MANIFEST_NAME
 from edge_runtime.package.signing import SIGNATURE_NAME, SignedRelease, TrustedKey, read_public_key, verify_package
 
-__all__ = ["RELEASES_NAME", "ReleaseStore", "TrustPolicy"]
+__all__ = ["RELEASES_NAME", "ReleaseStore", "TrustPolicy", "trusted_keys"]
 
 RELEASES_NAME = "releases.json"
 _VERSION = 1
@@ -39,15 +39,18 @@ class ReleaseStore:
         releases = self._read()
         if releases.get(name, -1) >= release:
             return
-        releases[name] = release
+        self._write(releases | {name: release})
+
+    def lower_to(self, name: str, release: int) -> None:
+        """Lower the bar to `release`: only for a downgrade an operator signed and the box then committed."""
+        self._write(self._read() | {name: release})
+
+    def _write(self, releases: dict[str, int]) -> None:
         text = json.dumps({"version": _VERSION, "releases": releases}, indent=2, sort_keys=True)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=self.path.parent, prefix=".releases-", delete=False) as out:
-                out.write(text + "\n")
-            Path(out.name).replace(self.path)
+            replace_file(self.path, text + "\n")
         except OSError as error:
-            raise EdgeRuntimeError(f"cannot record release {release} of {name} in {self.path}: {error}") from None
+            raise EdgeRuntimeError(f"cannot record the installed releases in {self.path}: {error}") from None
 
     def _read(self) -> dict[str, int]:
         try:
@@ -87,10 +90,7 @@ class TrustPolicy:
     @classmethod
     def from_settings(cls, settings: TrustSettings, state_dir: Path) -> TrustPolicy:
         """The policy of a config's `trust:` section; raises EdgeRuntimeError for a key file it cannot read."""
-        keys = [
-            read_public_key(key) if isinstance(key, Path) else TrustedKey.from_pem(key.pem.encode(), "trust.keys")
-            for key in settings.keys
-        ]
+        keys = trusted_keys(settings.keys, "trust.keys")
         return cls.build(keys, settings.require_signed, state_dir, settings.allow_downgrade)
 
     def check(self, path: Path, now: datetime | None = None) -> SignedRelease | None:
@@ -116,6 +116,14 @@ class TrustPolicy:
         """Record a release once its model is loaded, raising the bar for the next load."""
         if signed is not None:
             self.releases.record(signed.name, signed.release)
+
+
+def trusted_keys(entries: Sequence[Path | InlineKey], where: str) -> list[TrustedKey]:
+    """The keys a config section lists; raises EdgeRuntimeError for a key file it cannot read."""
+    return [
+        read_public_key(key) if isinstance(key, Path) else TrustedKey.from_pem(key.pem.encode(), where)
+        for key in entries
+    ]
 
 
 def _package_name(root: Path) -> str | None:

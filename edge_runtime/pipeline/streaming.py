@@ -114,6 +114,7 @@ class Pipeline:
         self._swap: _Swap | None = None
         self._swap_lock = threading.Lock()
         self._taps: tuple[Callable[[Item], None], ...] = ()
+        self.last_described: Described | None = None  # the latest result handed out, for a snapshot on request
         self._post_queue: queue.Queue[tuple[_Job, Outputs | None, BaseException | None] | None] = queue.Queue(64)
         self._stop = threading.Event()
         self._last_signature: object = None
@@ -274,6 +275,7 @@ class Pipeline:
 
     def _hand_out(self, described: Described) -> None:
         """Each output in turn; one that fails is logged and counted, and the next still runs."""
+        self.last_described = described
         for output in self.outputs:
             try:
                 output(described)

@@ -105,6 +105,22 @@ class ModelPool:
         log.info("package %s: release %d is active on this box (%s)", active.package, active.release, active.path)
         return active.path
 
+    def describe(self) -> list[dict[str, Any]]:
+        """The models loaded now: package, version, variant, where they run, and who uses them."""
+        described = []
+        for shared in list(self._models.values()):
+            model, runs_on = shared.model, shared.model.backend.runs_on
+            described.append(
+                {
+                    "package": model.package.name,
+                    "version": model.package.manifest.version,
+                    "variant": model.variant_id,
+                    "runs_on": f"{runs_on.backend}:{runs_on.device} {runs_on.precision}",
+                    "users": sorted(shared.users),
+                }
+            )
+        return described
+
     def rename(self, user: str, new_user: str) -> None:
         """Hand `user`'s model to `new_user` (a rollout's model becomes the pipeline's once committed)."""
         key = self._user_key.pop(user)

@@ -50,6 +50,7 @@ class RolloutRequest:
     source: str  # http(s) URL or local path of the archive
     sha256: str
     downgrade_to: int | None = None  # the one lower release the operator asks for, if any
+    installed: bool = False  # the release `downgrade_to` is installed here already: nothing to download
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,13 @@ class Rollouts:
         thread.start()
         return record
 
+    def roll_back_to(self, rollout_id: str, package: str, release: int) -> RolloutRecord:
+        """A rollout back to a release installed here: verified again, shadowed and on probation like any other."""
+        path = self.store.path(package, release)
+        if not path.is_dir():
+            raise EdgeRuntimeError(f"release {release} of {package} is not installed here")
+        return self.start(RolloutRequest(rollout_id, package, str(path), "0" * 64, release, installed=True))
+
     def abort(self, rollout_id: str) -> None:
         with self._lock:
             running = self._running
@@ -150,6 +158,21 @@ class Rollouts:
     def status(self) -> list[dict[str, Any]]:
         return [record.to_dict() for record in self.journal.records()[-10:]]
 
+    def latest(self) -> dict[str, Any] | None:
+        """The most recent rollout in brief, for the stats report: id, package, release, stage, reason."""
+        records = self.journal.records()
+        if not records:
+            return None
+        last = records[-1]
+        return {
+            "rollout_id": last.rollout_id,
+            "package": last.package,
+            "release": last.release,
+            "version": last.version,
+            "stage": last.stage.value,
+            "reason": last.reason,
+        }
+
     # -- the rollout, on its thread ---------------------------------------------------------------------
 
     def _run(self, record: RolloutRecord, request: RolloutRequest, stop: threading.Event) -> None:
@@ -170,6 +193,8 @@ class Rollouts:
     def _fetch_and_stage(self, record: RolloutRecord, request: RolloutRequest, stop: threading.Event) -> RolloutRecord:
         from edge_runtime.rollout.download import fetch
 
+        if request.installed and request.downgrade_to is not None:
+            return self._stage_installed(record, request)
         staging = self.store.staging(record.rollout_id)
         settings = self.settings
         try:
@@ -189,6 +214,19 @@ class Rollouts:
         installed = self.store.install(record.package, signed.release, unpacked)
         shutil.rmtree(staging, ignore_errors=True)
         return self._advance(record, Stage.STAGED, str(installed.path))
+
+    def _stage_installed(self, record: RolloutRecord, request: RolloutRequest) -> RolloutRecord:
+        assert request.downgrade_to is not None
+        try:
+            signed = self._verify(self.store.path(record.package, request.downgrade_to), request)
+        except EdgeRuntimeError as error:
+            raise _RolledBack(str(error)) from None
+        active = self.store.active(record.package)
+        record = self._advance(
+            record, Stage.VERIFIED, f"installed release {signed.release}, signed by key {signed.key_id}",
+            release=signed.release, version=signed.version, previous_release=active.release if active else None,
+        )  # fmt: skip
+        return self._advance(record, Stage.STAGED, "installed already")
 
     def _verify(self, unpacked: Path, request: RolloutRequest) -> SignedRelease:
         assert self.trust is not None
@@ -278,7 +316,11 @@ class Rollouts:
             self.host.pool.release(entry.pipeline.name)
             self.host.pool.rename(entry.user, entry.pipeline.name)
         if self.trust is not None and record.release is not None:
-            self.trust.releases.record(record.package, record.release)
+            floor = self.trust.releases.installed(record.package)
+            if floor is not None and record.release < floor:  # a downgrade the operator signed for
+                self.trust.releases.lower_to(record.package, record.release)
+            else:
+                self.trust.releases.record(record.package, record.release)
         removed = self.store.prune(record.package)
         log.info(
             "rollout %s: %s release %s committed%s", record.rollout_id, record.package, record.release,

@@ -23,16 +23,21 @@ from types import FrameType
 from typing import Any
 
 from edge_runtime.config import DaemonConfig, PipelineConfig, diff_pipelines, load_config
+from edge_runtime.control.channel import ControlChannel
+from edge_runtime.control.disabled import DisabledPipelines
+from edge_runtime.control.handlers import ControlContext
+from edge_runtime.control.signed import NonceStore
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.publisher import Publisher
 from edge_runtime.mqtt.spool import Spool
 from edge_runtime.mqtt.topics import Topics
-from edge_runtime.package.trust import TrustPolicy
+from edge_runtime.package.trust import TrustPolicy, trusted_keys
 from edge_runtime.pipeline.build import build_pipeline
 from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.loading import Box, look_at_box
 from edge_runtime.placement.model_pool import ModelPool
+from edge_runtime.rollout.manager import RolloutHost, Rollouts
 from edge_runtime.service.metrics import serve_metrics
 from edge_runtime.service.notify import SystemdNotifier
 from edge_runtime.service.stats import RateMeter, snapshot_dict
@@ -60,7 +65,8 @@ class Daemon:
     def __init__(self, config: DaemonConfig, config_path: Path, box: Box, exit_when_done: float | None = None) -> None:
         """`exit_when_done`: stop once every source has ended, after waiting up to that many seconds for the
         spool to reach the broker (`run` then returns EXIT_UNDELIVERED if it did not)."""
-        self.config = config
+        self.disabled = DisabledPipelines(config.state_dir)
+        self.config = config = self.disabled.applied(config)
         self.topics = Topics(config.mqtt.topic_prefix, config.device_id)
         self.config_path = config_path
         self.box = box
@@ -80,6 +86,31 @@ class Daemon:
         self.model_pool = ModelPool(box, config.state_dir, config.cache_dir, trust)
         self.watchdog = ProgressWatchdog(self.notifier)
         self.serving: Serving | None = None
+        host = RolloutHost(
+            pool=self.model_pool,
+            config_file=config_path,
+            pipelines=lambda: dict(self.pipelines),
+            pipeline_config=lambda name: self.config.pipeline(name),
+            publish=lambda topic, payload: self.publisher.publish(topic, payload, qos=1, retain=True),
+            topics=self.topics,
+        )
+        self.rollouts = Rollouts(host, config.rollout, config.state_dir, trust)
+        self.control: ControlChannel | None = None
+        if config.control.keys:
+            context = ControlContext(
+                config_file=config_path,
+                report=self.report,
+                reload=self._reload.set,
+                pipelines=lambda: dict(self.pipelines),
+                disabled=self.disabled.names,
+                set_enabled=self.disabled.set,
+                models=self.model_pool.describe,
+                store=self.model_pool.store,
+                rollouts=self.rollouts,
+            )
+            keys = trusted_keys(config.control.keys, "control.keys")
+            nonces = NonceStore(config.state_dir)
+            self.control = ControlChannel(self.connection, self.topics, config.control, keys, nonces, context)
 
     def run(self) -> int:
         self._install_signal_handlers()
@@ -87,6 +118,9 @@ class Daemon:
         self.connection.start()
         self.notifier.status("loading models")
         try:
+            self.rollouts.recover()  # before any model loads: a rollout a stop cut short ends rolled back
+            if self.control is not None:
+                self.control.start()
             for pipeline_config in self.config.enabled_pipelines:
                 self._start_pipeline(pipeline_config)
             if self.config.serve is not None:
@@ -191,7 +225,7 @@ class Daemon:
     def _apply_reload(self) -> None:
         self.notifier.reloading()
         try:
-            new = load_config(self.config_path)
+            new = self.disabled.applied(load_config(self.config_path))
         except EdgeRuntimeError as error:
             log.error("reload refused, keeping the running config: %s", error)
             self.notifier.ready("reload refused: config invalid")
@@ -199,10 +233,9 @@ class Daemon:
         diff = diff_pipelines(self.config, new)
         if diff.restart_all:
             log.warning("reload: device id, broker or directories changed; restart the service to apply them")
-        if new.serve != self.config.serve:
-            log.warning("reload: the serve section changed; restart the service to apply it")
-        if new.trust != self.config.trust:
-            log.warning("reload: the trust section changed; restart the service to apply it")
+        for section in ("serve", "trust", "control", "rollout"):
+            if getattr(new, section) != getattr(self.config, section):
+                log.warning("reload: the %s section changed; restart the service to apply it", section)
         for name in (*diff.removed, *diff.changed):
             self._stop_pipeline(name, timeout=5.0)
         self.config = new
@@ -230,10 +263,15 @@ class Daemon:
         mqtt["dropped"] = publisher.dropped_full + publisher.dropped_age
         uptime = round(time.monotonic() - self._started, 1)
         report = {"device_id": self.config.device_id, "uptime_s": uptime, "pipelines": pipelines, "mqtt": mqtt}
+        latest = self.rollouts.latest()
+        if latest is not None:
+            report["rollout"] = latest
         if self.serving is not None:
             report["serving"] = self.serving.report()
             if self.serving.mqtt is not None:  # requests that named nowhere to answer, so no model either
                 mqtt["requests_dropped"] = self.serving.mqtt.dropped
+        if self.control is not None:
+            mqtt.update(self.control.figures())
         return report
 
     def _publish_stats(self) -> None:
@@ -273,6 +311,9 @@ class Daemon:
         if self._stop_metrics is not None:
             self._stop_metrics()
         deadline = time.monotonic() + STOP_BUDGET_S
+        self.rollouts.close()  # a rollout stopped before it commits rolls back
+        if self.control is not None:
+            self.control.stop()
         if self.serving is not None:
             self.serving.stop()
         for name in list(self.pipelines):
