@@ -93,9 +93,10 @@ class TrustPolicy:
         keys = trusted_keys(settings.keys, "trust.keys")
         return cls.build(keys, settings.require_signed, state_dir, settings.allow_downgrade)
 
-    def check(self, path: Path, now: datetime | None = None) -> SignedRelease | None:
+    def check(self, path: Path, now: datetime | None = None, downgrade_to: int | None = None) -> SignedRelease | None:
         """The verified release of the package at `path` (a directory or its model.yaml); None when
-        signatures are not required. Raises PackageRefused."""
+        signatures are not required. `downgrade_to` is a lower release an operator's signed command asked
+        for, accepted like one in `allow_downgrade`. Raises PackageRefused."""
         if not self.require_signed:
             return None
         root = path.parent if path.name == MANIFEST_NAME else path
@@ -109,7 +110,7 @@ class TrustPolicy:
             installed = self.releases.installed(name) if name is not None else None
         except EdgeRuntimeError as error:
             raise PackageRefused(str(root), str(error), kind="unreadable") from None
-        allowed = self.allow_downgrade.get(name) if name is not None else None
+        allowed = downgrade_to if downgrade_to is not None else self.allow_downgrade.get(name) if name else None
         return verify_package(root, self.keys, now=now, installed_release=installed, allowed_downgrade=allowed)
 
     def loaded(self, signed: SignedRelease | None) -> None:

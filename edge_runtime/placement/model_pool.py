@@ -55,6 +55,7 @@ class ModelPool:
         options: Mapping[str, Any] | None = None,
         share_any_pace: bool = False,
         record_release: bool = True,
+        downgrade_to: int | None = None,
     ) -> LoadedModel:
         """The model for `user` (a pipeline, or a served model), loaded once per distinct model and settings.
 
@@ -64,10 +65,11 @@ class ModelPool:
         `share_any_pace`: take the model already loaded with these settings whatever hint its pace gave it
         (a served model joins a camera pipeline's rather than loading the model a second time).
         `record_release`: a signed release raises the lowest release later loads accept; a rollout defers
-        that until it commits, so that rolling back to the release before stays possible.
+        that until it commits, so that rolling back to the release before stays possible. `downgrade_to`: the
+        lower release an operator's signed command asked for, which the signature check then accepts.
         """
         path = self.resolve(config.path if config.path.is_absolute() else config_file.parent / config.path)
-        signed = self.trust.check(path) if self.trust is not None else None
+        signed = self.trust.check(path, downgrade_to=downgrade_to) if self.trust is not None else None
         package = open_package(path)
         overrides = Overrides(config.backend, config.device, config.precision, config.variant)
         selection = select_for(package, self.box, overrides, self.state_dir)
@@ -96,9 +98,11 @@ class ModelPool:
         return shared.model
 
     def resolve(self, path: Path) -> Path:
-        """The package at `path`, or the release of it a rollout made active on this box."""
-        if not (path / MANIFEST_NAME).is_file():
-            return path  # a bare model file, or nothing: loading says what is wrong
+        """The package at `path`, or the release of it a rollout made active on this box.
+
+        A path inside the store names a release on purpose (a rollout trying it) and is taken as it is."""
+        if not (path / MANIFEST_NAME).is_file() or path.resolve().is_relative_to(self.store.root.resolve()):
+            return path  # a bare model file or nothing (loading says what is wrong), or a release itself
         active = self.store.active(read_manifest(path / MANIFEST_NAME).name)
         if active is None:
             return path

@@ -42,6 +42,8 @@ __all__ = ["RolloutHost", "RolloutRequest", "Rollouts"]
 
 log = logging.getLogger(__name__)
 
+RECENT = 10  # rollouts kept in `status` and published again at start
+
 
 @dataclass(frozen=True)
 class RolloutRequest:
@@ -95,14 +97,19 @@ class Rollouts:
     # -- start-up -------------------------------------------------------------------------------------
 
     def recover(self) -> list[RolloutRecord]:
-        """Roll back every rollout a stop cut short, before any pipeline loads; returns them, rolled back."""
+        """Roll back every rollout a stop cut short, before any pipeline loads; returns them, rolled back.
+
+        The latest rollouts' states are published again too: a stop may have come between a step on
+        disk and its message."""
         self.store.clear_staging()
         recovered = []
         for record in self.journal.interrupted():
             self.store.activate(record.package, record.previous_release)
             reason = f"the box stopped while the rollout was {record.stage.value}; the release before runs"
-            recovered.append(self._publish(self.journal.roll_back(record, reason)))
+            recovered.append(self.journal.roll_back(record, reason))
             log.warning("rollout %s of %s: %s", record.rollout_id, record.package, reason)
+        for record in self.journal.records()[-RECENT:]:
+            self._publish(record)
         return recovered
 
     # -- commands -------------------------------------------------------------------------------------
@@ -156,7 +163,7 @@ class Rollouts:
             running[1].join(timeout)
 
     def status(self) -> list[dict[str, Any]]:
-        return [record.to_dict() for record in self.journal.records()[-10:]]
+        return [record.to_dict() for record in self.journal.records()[-RECENT:]]
 
     def latest(self) -> dict[str, Any] | None:
         """The most recent rollout in brief, for the stats report: id, package, release, stage, reason."""
@@ -255,7 +262,7 @@ class Rollouts:
             try:
                 new = self.host.pool.acquire(
                     user, config.model.model_copy(update={"path": path}), self.host.config_file,
-                    unpaced=config.source.unpaced, record_release=False,
+                    unpaced=config.source.unpaced, record_release=False, downgrade_to=record.release,
                 )  # fmt: skip
             except EdgeRuntimeError as error:
                 raise _RolledBack(f"the new release does not load for pipeline {name}: {error}", summaries) from None

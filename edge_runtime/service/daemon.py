@@ -30,6 +30,7 @@ from edge_runtime.control.signed import NonceStore
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.publisher import Publisher
+from edge_runtime.mqtt.retained import RetainedStates
 from edge_runtime.mqtt.spool import Spool
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.trust import TrustPolicy, trusted_keys
@@ -82,6 +83,7 @@ class Daemon:
         self.spool = Spool.from_settings(config.mqtt.spool, config.state_dir / "spool.sqlite")
         self.connection = MqttConnection(config.mqtt, config.device_id)
         self.publisher = Publisher(self.connection, self.spool, config.mqtt.spool)
+        self.states = RetainedStates(self.connection)
         trust = TrustPolicy.from_settings(config.trust, config.state_dir)
         self.model_pool = ModelPool(box, config.state_dir, config.cache_dir, trust)
         self.watchdog = ProgressWatchdog(self.notifier)
@@ -91,7 +93,7 @@ class Daemon:
             config_file=config_path,
             pipelines=lambda: dict(self.pipelines),
             pipeline_config=lambda name: self.config.pipeline(name),
-            publish=lambda topic, payload: self.publisher.publish(topic, payload, qos=1, retain=True),
+            publish=self.states.put,
             topics=self.topics,
         )
         self.rollouts = Rollouts(host, config.rollout, config.state_dir, trust)
@@ -166,6 +168,7 @@ class Daemon:
         next_stats = time.monotonic() + self.config.stats.interval_s
         while not self._stop.is_set():
             self._stop.wait(min(0.5, max(0.0, next_stats - time.monotonic())))
+            self.states.refresh()
             if self._reload.is_set():
                 self._reload.clear()
                 self._apply_reload()

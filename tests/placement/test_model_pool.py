@@ -99,3 +99,19 @@ def test_a_release_a_rollout_made_active_loads_instead_of_the_configs_package(
     pool.store.activate(manifest["name"], None)
     assert pool.acquire("back", config, Path("config.yaml")).package.root == face_package_dir
     pool.close()
+
+
+def test_a_release_named_by_its_own_path_loads_as_it_is(face_package_dir: Path, tmp_path: Path) -> None:
+    """A rollout tries release 5 while release 4 is active: the path of release 5 must not be redirected."""
+    import shutil
+
+    import yaml
+
+    pool = ModelPool(look_at_box(), tmp_path / "state", tmp_path / "cache")
+    name = yaml.safe_load((face_package_dir / "model.yaml").read_text())["name"]
+    for release in (4, 5):
+        pool.store.install(name, release, shutil.copytree(face_package_dir, pool.store.staging(f"r-{release}") / "p"))
+    pool.store.activate(name, 4)
+    model = pool.acquire("rollout", ModelConfig(path=pool.store.path(name, 5), backend="openvino"), Path("c.yaml"))
+    assert model.package.root == pool.store.path(name, 5)
+    pool.close()

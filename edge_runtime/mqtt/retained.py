@@ -1,0 +1,42 @@
+"""State messages where only the latest value counts: a rollout's progress, say. Published straight away,
+never through the spool, and again at the start of every new broker session.
+
+Results go through the spool, which delivers at least once and may send an old message again after a
+restart, after newer ones. For a result that is a duplicate a consumer counts; for a retained state it
+would leave the broker holding a stale state ("downloading" after "rolled_back"). So a state is published
+directly on the connection, in order with the states before it, and the latest value of every state is
+published again whenever a new session begins, which also makes good any state lost with a dropped
+connection. After a restart the daemon puts its states again from what it keeps on disk.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from edge_runtime.mqtt.connection import MqttConnection
+
+__all__ = ["RetainedStates"]
+
+
+class RetainedStates:
+    def __init__(self, connection: MqttConnection) -> None:
+        self.connection = connection
+        self._latest: dict[str, bytes] = {}
+        self._session = -1  # the connect_count whose session has every latest state
+        self._lock = threading.Lock()
+
+    def put(self, topic: str, payload: bytes) -> None:
+        with self._lock:
+            self._latest[topic] = payload
+            if self._session == self.connection.connect_count:
+                self.connection.publish(topic, payload, qos=1, retain=True)
+
+    def refresh(self) -> None:
+        """Publish every latest state once per new session; call it often, it does nothing otherwise."""
+        with self._lock:
+            session = self.connection.connect_count
+            if session == self._session or not self.connection.connected:
+                return
+            for topic, payload in self._latest.items():
+                self.connection.publish(topic, payload, qos=1, retain=True)
+            self._session = session

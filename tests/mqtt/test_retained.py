@@ -1,0 +1,34 @@
+"""Retained states: the latest value reaches the broker, also when it was put before a session began."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from broker import Mosquitto
+from waiting import wait_for
+
+from edge_runtime.mqtt.connection import MqttConnection
+from edge_runtime.mqtt.retained import RetainedStates
+from edge_runtime.mqtt.settings import MqttSettings
+
+
+def test_the_latest_state_is_published_and_published_again_in_each_new_session(tmp_path: Path) -> None:
+    with Mosquitto(tmp_path / "broker") as broker:  # no persistence: a restart forgets retained messages
+        watcher = broker.subscribe_collect("box/rollout/#")
+        connection = MqttConnection(MqttSettings(host=broker.host, port=broker.port), "box")
+        states = RetainedStates(connection)
+        states.put("box/rollout/r-1", b"downloading")  # before any session: kept for the first one
+        states.put("box/rollout/r-1", b"verified")
+        connection.start()
+        try:
+            assert connection.wait_connected(10)
+            assert wait_for(lambda: (states.refresh(), watcher.payloads())[1] == [b"verified"], timeout=10)
+            states.put("box/rollout/r-1", b"staged")
+            assert watcher.wait_until(lambda m: [x.payload for x in m] == [b"verified", b"staged"])
+            broker.restart()
+            assert wait_for(lambda: connection.connected and connection.connect_count == 2, timeout=20)
+            states.refresh()  # the new session gets the latest state again, so the broker holds it retained
+            late = broker.subscribe_collect("box/rollout/#")
+            assert late.wait_until(lambda m: [(x.payload, x.retain) for x in m] == [(b"staged", True)], timeout=10)
+        finally:
+            connection.stop()
