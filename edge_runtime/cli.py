@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file", type=Path, help="the YAML config file")
 
     _add_signing_commands(commands)
+    _add_fleet_commands(commands)
 
     run = commands.add_parser("run", help="run the daemon: pipelines from camera and sensor sources to MQTT")
     run.add_argument("--config", type=Path, default=Path("/etc/edge-runtime/config.yaml"), help="config file")
@@ -97,6 +98,29 @@ def _add_signing_commands(commands: argparse._SubParsersAction[argparse.Argument
     pack.add_argument("-o", "--output", type=Path, required=True, help="archive to write (.tar, .tar.gz)")
 
 
+def _add_fleet_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fleet = commands.add_parser("fleet", help="command the boxes of a fleet over the broker")
+    fleet.add_argument("--host", default="localhost", help="the broker (default localhost)")
+    fleet.add_argument("--port", type=int, default=1883)
+    fleet.add_argument("--prefix", default="edge", help="the boxes' topic prefix (default edge)")
+    fleet.add_argument("--key", required=True, help="the operator's private key (from `keys new`)")
+    fleet.add_argument("--username", help="broker user name; the password is read from $MQTT_PASSWORD")
+    fleet.add_argument("--devices", default="*", help="device ids to act on, a shell pattern (default all)")
+    actions = fleet.add_subparsers(dest="fleet_command", required=True, metavar="FLEET_COMMAND")
+    actions.add_parser("status", help="each box that answers: versions, pipelines, health")
+    for name, what in (("rollout", "roll a signed package archive out"), ("rollback", "go back one release")):
+        action = actions.add_parser(name, help=what)
+        if name == "rollout":
+            action.add_argument("archive", help="the signed package archive, as the boxes will download it")
+            action.add_argument("--url", required=True, help="where the boxes download the archive from")
+        else:
+            action.add_argument("package", help="the package name")
+        action.add_argument("--canary", type=int, default=1, help="boxes that go first, alone (default 1)")
+        action.add_argument("--wave-size", type=int, default=0, help="boxes per wave after the canary")
+        action.add_argument("--max-failures", type=float, default=0.0, help="percent of failed boxes that stops it")
+        action.add_argument("--timeout", type=float, default=900.0, help="seconds a wave may take (default 900)")
+
+
 def _add_box_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", type=Path, default=Path("/"), help="read hardware facts below this directory")
     parser.add_argument("--profiles", type=Path, action="append", default=[], help="extra device profile directory")
@@ -132,6 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from edge_runtime.commands.package import run_package
 
             return run_package(args)
+        if args.command == "fleet":
+            from edge_runtime.commands.fleet import run_fleet
+
+            return run_fleet(args)
         if args.command == "run":
             from edge_runtime.service.daemon import run_daemon
 

@@ -1,0 +1,108 @@
+"""`edge-runtime fleet`: the operator's view of a fleet and its rollouts, from any machine on the broker.
+
+    fleet status  [--devices PATTERN]                          each box: versions, pipelines, health
+    fleet rollout ARCHIVE --url URL [--devices PATTERN] [--canary N] [--max-failures PCT]
+    fleet rollback PACKAGE [--devices PATTERN] [--canary N] [--max-failures PCT]
+
+Commands are signed with the operator's key (`--key`); a box takes them only if its `control.keys`
+holds the public half. Progress prints as each box moves on; the summary ends the run, and the exit
+status is 0 only if every box committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from edge_runtime.control.fleet import BoxProgress, FleetClient, RolloutPlan, new_rollout_id, roll_out, waves_of
+from edge_runtime.package.archive import unpack
+from edge_runtime.package.loader import sha256_of
+from edge_runtime.package.manifest import MANIFEST_NAME, read_manifest
+
+__all__ = ["run_fleet"]
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    client = FleetClient(
+        args.host, args.port, args.prefix, Path(args.key), username=args.username,
+        password=os.environ.get("MQTT_PASSWORD"),
+    )  # fmt: skip
+    try:
+        boxes = client.boxes(args.devices)
+        if not boxes:
+            print(f"no box matching {args.devices!r} is online under {args.prefix}/", file=sys.stderr)
+            return 1
+        if args.fleet_command == "status":
+            return _status(client, boxes)
+        plan = _plan(args)
+        rollout_id = new_rollout_id()
+        waves = " then ".join(", ".join(wave) for wave in waves_of(boxes, plan))
+        print(f"rollout {rollout_id}: {plan.command} {plan.args.get('package')} on {waves}", flush=True)
+        progress = roll_out(client, boxes, plan, rollout_id, _Printer())
+        print(_table(progress))
+        return 0 if all(p.stage == "committed" for p in progress) else 1
+    finally:
+        client.close()
+
+
+def _plan(args: argparse.Namespace) -> RolloutPlan:
+    common = {"canary": args.canary, "wave_size": args.wave_size, "max_failures": args.max_failures,
+              "timeout_s": args.timeout}  # fmt: skip
+    if args.fleet_command == "rollback":
+        return RolloutPlan("rollback", {"package": args.package}, **common)
+    archive = Path(args.archive)
+    with TemporaryDirectory() as scratch:
+        package = read_manifest(unpack(archive, Path(scratch)) / MANIFEST_NAME).name
+    arguments = {"package": package, "url": args.url, "sha256": sha256_of(archive)}
+    return RolloutPlan("rollout start", arguments, **common)
+
+
+def _status(client: FleetClient, boxes: list[str]) -> int:
+    rows = [("box", "models", "pipelines", "last rollout")]
+    failed = 0
+    for device in boxes:
+        try:
+            answer = client.command(device, "status", timeout=10)
+            result = answer["result"]
+            report = result["report"]
+            models = client.command(device, "models list", timeout=10)["result"]["loaded"]
+            loaded = ", ".join(f"{m['package']} {m['version']}" for m in models) or "-"
+            pipelines = ", ".join(f"{n} {p['fps_out']:.1f} fps" for n, p in report["pipelines"].items()) or "-"
+            rollout = report.get("rollout")
+            last = f"{rollout['rollout_id']} {rollout['stage']}" if rollout else "-"
+            rows.append((device, loaded, pipelines, last))
+        except Exception as error:  # a box that answers badly, or not at all, is shown, not fatal
+            failed += 1
+            rows.append((device, "-", "-", f"no status: {error}"))
+    print(_columns(rows))
+    return 1 if failed else 0
+
+
+class _Printer:
+    """Prints one line per box whose stage changed since the last call."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, str] = {}
+
+    def __call__(self, progress: list[BoxProgress]) -> None:
+        for box in progress:
+            if self._seen.get(box.device_id) != box.stage:
+                self._seen[box.device_id] = box.stage
+                detail = f" ({box.reason})" if box.reason and box.stage in ("failed", "rolled_back") else ""
+                print(f"{time.strftime('%H:%M:%S')} wave {box.wave} {box.device_id}: {box.stage}{detail}", flush=True)
+
+
+def _table(progress: list[BoxProgress]) -> str:
+    rows = [("box", "wave", "outcome", "release", "reason")]
+    rows += [(p.device_id, str(p.wave), p.stage, str(p.release or "-"), p.reason or "-") for p in progress]
+    return _columns(rows)
+
+
+def _columns(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows)
