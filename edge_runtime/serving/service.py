@@ -108,7 +108,7 @@ class Serving:
         token = http.token.get_secret_value() if http.token is not None else None
         app = build_app(self.models, token, HttpLimits(http.max_body_bytes, http.read_timeout_s))
         family = socket.AF_INET6 if ":" in http.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((http.host, http.port))
         self._socket = sock

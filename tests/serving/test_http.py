@@ -274,3 +274,10 @@ def test_https_with_the_configured_certificate(
     with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError, http.client.BadStatusLine)):
         plain.request("GET", "/v2")
         plain.getresponse()
+
+
+def test_the_listening_socket_lets_asyncio_turn_nagle_off(classifier: Serving) -> None:
+    """asyncio sets TCP_NODELAY only on sockets whose proto is IPPROTO_TCP; a socket made with proto 0 kept
+    Nagle's algorithm on every accepted connection, and each small answer waited for the client's delayed
+    ACK (about 40 ms on Linux) before it left."""
+    assert classifier._socket is not None and classifier._socket.proto == socket.IPPROTO_TCP
