@@ -65,6 +65,7 @@ class RolloutHost:
     pipeline_config: Callable[[str], PipelineConfig]
     publish: Callable[[str, bytes], None]  # retained, at least once
     topics: Topics
+    committed: Callable[[str], None] = lambda package: None  # whatever else runs the package takes the release
 
 
 class _RolledBack(Exception):  # noqa: N818 - the reason a rollout stops, carried to one place
@@ -328,6 +329,7 @@ class Rollouts:
                 self.trust.releases.lower_to(record.package, record.release)
             else:
                 self.trust.releases.record(record.package, record.release)
+        self.host.committed(record.package)
         removed = self.store.prune(record.package)
         log.info(
             "rollout %s: %s release %s committed%s", record.rollout_id, record.package, record.release,

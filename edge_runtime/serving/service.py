@@ -85,10 +85,29 @@ class Serving:
     def report(self) -> dict[str, Any]:
         return {name: served.metrics.snapshot() for name, served in self.models.items()}
 
-    def _serve(self, config: ServedModelConfig) -> ServedModel:
+    def take_release(self, package: str) -> list[str]:
+        """Serve the release of `package` this box now runs (a rollout committed it): each served model of the
+        package loads again, which gives the active release, and takes the requests from then on, while its
+        old queue answers what it holds. Returns the served models that switched."""
+        switched = []
+        for config in self.settings.models:
+            served = self.models.get(config.name)
+            if served is None or served.model.package.name != package:
+                continue
+            user = f"serve:{config.name}"
+            self.models[config.name] = self._serve(config, f"{user}:next", served.metrics)
+            served.queue.close()
+            self.pool.release(user)
+            self.pool.rename(f"{user}:next", user)
+            switched.append(config.name)
+        return switched
+
+    def _serve(
+        self, config: ServedModelConfig, user: str | None = None, metrics: ModelMetrics | None = None
+    ) -> ServedModel:
         wanted = config.batching.max_batch_size
         options = {"dynamic_batch": True} if wanted > 1 else {}
-        user = f"serve:{config.name}"
+        user = user or f"serve:{config.name}"
         model = self.pool.acquire(user, config, self.config_file, unpaced=True, options=options, share_any_pace=True)
         choice = self.choices.choose(model, wanted, config.batching.batch_when)
         if choice.unsound:  # the freed batch dimension gives wrong answers: serve the model as exported
@@ -96,7 +115,7 @@ class Serving:
             model = self.pool.acquire(user, config, self.config_file, unpaced=True, share_any_pace=True)
         batching = Batching(choice.max_batch_size, config.batching.max_queue_delay_ms, config.batching.max_queue_size,
                             config.batching.timeout_ms)  # fmt: skip
-        metrics = ModelMetrics()
+        metrics = metrics or ModelMetrics()
         queue = InferenceQueue(config.name, model, batching, metrics)
         log.info("serving %s: %s; %s", config.name, model.label, choice.reason)
         return ServedModel(config.name, model, queue, metrics, decoder_of(model), self.device_id, choice)

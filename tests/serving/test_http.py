@@ -281,3 +281,26 @@ def test_the_listening_socket_lets_asyncio_turn_nagle_off(classifier: Serving) -
     Nagle's algorithm on every accepted connection, and each small answer waited for the client's delayed
     ACK (about 40 ms on Linux) before it left."""
     assert classifier._socket is not None and classifier._socket.proto == socket.IPPROTO_TCP
+
+
+def test_a_committed_release_is_served_from_then_on(start_serving: StartServing, face_package: Path) -> None:
+    """After a rollout commits, served models of the package load again (the active release) and answer."""
+    import shutil
+
+    import yaml
+
+    serving = start_serving([{"name": "faces", "path": str(face_package)}])
+    jpeg = (Path(__file__).resolve().parents[2] / "samples/images/astronaut.jpg").read_bytes()
+    assert post(serving, "/v2/models/faces/infer", jpeg, {"Content-Type": "image/jpeg"})[0] == 200
+    store = serving.pool.store
+    staged = shutil.copytree(face_package, store.staging("r-9") / "package")
+    manifest = yaml.safe_load((staged / "model.yaml").read_text())
+    manifest["version"] = "9.9"
+    (staged / "model.yaml").write_text(yaml.safe_dump(manifest))
+    store.install(manifest["name"], 9, staged)
+    store.activate(manifest["name"], 9)
+    assert serving.take_release("someone_else") == []
+    assert serving.take_release(manifest["name"]) == ["faces"]
+    status, message, _ = post(serving, "/v2/models/faces/infer", jpeg, {"Content-Type": "image/jpeg"})
+    assert status == 200 and message["model"]["version"] == "9.9"
+    assert serving.report()["faces"]["request_success"] == 2  # the counters go on across the switch
