@@ -34,9 +34,11 @@ from edge_runtime.pipeline.build import decoder_for, input_spec_for
 from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.placement.model_pool import ModelPool
-from edge_runtime.rollout.probation import ProbationLimits, ProbationVerdict, watch
+from edge_runtime.rollout.probation import ProbationLimits, watch_all
+from edge_runtime.rollout.served import check_served, served_failures, served_models
 from edge_runtime.rollout.shadow import ShadowLimits, run_shadow
 from edge_runtime.rollout.state import Journal, RolloutRecord, Stage
+from edge_runtime.serving.service import Serving
 
 __all__ = ["RolloutHost", "RolloutRequest", "Rollouts"]
 
@@ -65,7 +67,7 @@ class RolloutHost:
     pipeline_config: Callable[[str], PipelineConfig]
     publish: Callable[[str, bytes], None]  # retained, at least once
     topics: Topics
-    committed: Callable[[str], None] = lambda package: None  # whatever else runs the package takes the release
+    serving: Callable[[], Serving | None] = lambda: None  # the served models, once the daemon serves
 
 
 class _RolledBack(Exception):  # noqa: N818 - the reason a rollout stops, carried to one place
@@ -186,17 +188,18 @@ class Rollouts:
     def _run(self, record: RolloutRecord, request: RolloutRequest, stop: threading.Event) -> None:
         loaded: list[_Switched] = []  # new models acquired for the pipelines of the package
         switched: list[_Switched] = []  # those a pipeline now runs
+        served: list[str] = []  # served models of the package, switched at once with the pointer
         try:
             record = self._fetch_and_stage(record, request, stop)
             record = self._shadow(record, loaded, stop)
-            record = self._switch(record, loaded, switched)
-            record = self._probation(record, switched, stop)
+            record = self._switch(record, loaded, switched, served)
+            record = self._probation(record, switched, served, stop)
             self._commit(record, switched)
         except _RolledBack as stopped:
-            self._roll_back(record.rollout_id, loaded, switched, stopped.reason, stopped.checks)
+            self._roll_back(record.rollout_id, loaded, switched, served, stopped.reason, stopped.checks)
         except Exception as error:  # a fault of the rollout itself must still end in a known state
             log.exception("rollout %s failed", record.rollout_id)
-            self._roll_back(record.rollout_id, loaded, switched, f"the rollout failed: {error}", {})
+            self._roll_back(record.rollout_id, loaded, switched, served, f"the rollout failed: {error}", {})
 
     def _fetch_and_stage(self, record: RolloutRecord, request: RolloutRequest, stop: threading.Event) -> RolloutRecord:
         from edge_runtime.rollout.download import fetch
@@ -250,9 +253,10 @@ class Rollouts:
 
     def _shadow(self, record: RolloutRecord, loaded: list[_Switched], stop: threading.Event) -> RolloutRecord:
         targets = {name: p for name, p in self.host.pipelines().items() if p.model.package.name == record.package}
-        if not targets:
-            raise _RolledBack(f"no pipeline on this box runs package {record.package}")
-        record = self._advance(record, Stage.SHADOW, ", ".join(targets))
+        answering = served_models(self.host.serving(), record.package)
+        if not targets and not answering:
+            raise _RolledBack(f"nothing on this box runs package {record.package}")
+        record = self._advance(record, Stage.SHADOW, ", ".join([*targets, *(f"serve:{n}" for n in answering)]))
         assert record.release is not None
         path = self.store.path(record.package, record.release)
         limits = ShadowLimits(**self.settings.shadow.model_dump())
@@ -274,12 +278,26 @@ class Rollouts:
                 raise _RolledBack("aborted during the shadow run", {"shadow": summaries})
             if not summary.passed:
                 raise _RolledBack(f"shadow of pipeline {name}: {summary.reason}", {"shadow": summaries})
+        serving = self.host.serving()
+        for name in answering:
+            assert serving is not None
+            tolerance = self.settings.shadow.fidelity_tolerance
+            result, failure = check_served(serving, self.host.pool, name, path, record.release, tolerance,
+                                           record.rollout_id)  # fmt: skip
+            summaries[f"serve:{name}"] = result
+            if failure is not None:
+                raise _RolledBack(failure, {"shadow": summaries})
         return replace(record, checks={"shadow": summaries})
 
-    def _switch(self, record: RolloutRecord, loaded: list[_Switched], switched: list[_Switched]) -> RolloutRecord:
-        """The active pointer first, then each pipeline between two of its items; a stop in between rolls back."""
+    def _switch(
+        self, record: RolloutRecord, loaded: list[_Switched], switched: list[_Switched], served: list[str]
+    ) -> RolloutRecord:
+        """The active pointer first, then the served models and each pipeline between two of its items."""
         record = self._advance(record, Stage.ACTIVE, "switching", checks=record.checks)
         self.store.activate(record.package, record.release)
+        serving = self.host.serving()
+        if serving is not None:
+            served.extend(serving.take_release(record.package, record_release=False, downgrade_to=record.release))
         for entry in loaded:
             config = self.host.pipeline_config(entry.pipeline.name)
             try:
@@ -289,33 +307,25 @@ class Rollouts:
             switched.append(entry)
         return record
 
-    def _probation(self, record: RolloutRecord, switched: list[_Switched], stop: threading.Event) -> RolloutRecord:
+    def _probation(
+        self, record: RolloutRecord, switched: list[_Switched], served: list[str], stop: threading.Event
+    ) -> RolloutRecord:
         record = self._advance(record, Stage.PROBATION, f"{self.settings.probation.seconds:.0f} s")
         limits = ProbationLimits(**self.settings.probation.model_dump())
-        verdicts: dict[str, ProbationVerdict] = {}
-        halt = threading.Event()  # set by a failing pipeline's watcher, or by an abort
-        watchers = []
-        for entry in switched:
-
-            def one(entry: _Switched = entry) -> None:
-                verdict = watch(entry.pipeline, limits, halt)
-                verdicts[entry.pipeline.name] = verdict
-                if not verdict.passed:
-                    halt.set()
-
-            thread = threading.Thread(target=one, name=f"probation-{entry.pipeline.name}", daemon=True)
-            thread.start()
-            watchers.append(thread)
-        while any(thread.is_alive() for thread in watchers):
-            if stop.wait(0.1):
-                halt.set()
-        for thread in watchers:
-            thread.join()
+        pipelines = [entry.pipeline for entry in switched]
+        verdicts, failed_requests = watch_all(
+            pipelines, lambda: served_failures(self.host.serving(), served), bool(served), limits, stop
+        )
         checks = {**record.checks, "probation": {name: v.to_dict() for name, v in verdicts.items()}}
         failures = [f"pipeline {name}: {v.reason}" for name, v in verdicts.items() if not v.passed]
-        if failures:
-            first = next((f for f in failures if "probation was stopped" not in f), None)
-            raise _RolledBack(f"probation failed: {first}" if first else "aborted during probation", checks)
+        if failed_requests > limits.max_errors:
+            checks["probation"]["served"] = {"failed_requests": failed_requests}
+            failures.insert(0, f"served models {', '.join(served)}: {failed_requests} requests failed")
+        first = next((f for f in failures if "probation was stopped" not in f), None)
+        if first is not None:
+            raise _RolledBack(f"probation failed: {first}", checks)
+        if failures or stop.is_set():
+            raise _RolledBack("aborted during probation", checks)
         return replace(record, checks=checks)
 
     def _commit(self, record: RolloutRecord, switched: list[_Switched]) -> None:
@@ -329,7 +339,6 @@ class Rollouts:
                 self.trust.releases.lower_to(record.package, record.release)
             else:
                 self.trust.releases.record(record.package, record.release)
-        self.host.committed(record.package)
         removed = self.store.prune(record.package)
         log.info(
             "rollout %s: %s release %s committed%s", record.rollout_id, record.package, record.release,
@@ -337,7 +346,13 @@ class Rollouts:
         )  # fmt: skip
 
     def _roll_back(
-        self, rollout_id: str, loaded: list[_Switched], switched: list[_Switched], reason: str, checks: dict[str, Any]
+        self,
+        rollout_id: str,
+        loaded: list[_Switched],
+        switched: list[_Switched],
+        served: list[str],
+        reason: str,
+        checks: dict[str, Any],
     ) -> None:
         """Back to the models and the release before, whatever step stopped; the journal says so last."""
         for entry in reversed(switched):
@@ -352,6 +367,10 @@ class Rollouts:
         if record is None or record.final:
             return
         self.store.activate(record.package, record.previous_release)
+        serving = self.host.serving()
+        if served and serving is not None:
+            # the release before, active again; the release floor was not raised, so it loads as it did
+            serving.take_release(record.package, record_release=False, downgrade_to=record.previous_release)
         shutil.rmtree(self.store.root / ".staging" / rollout_id, ignore_errors=True)
         self._publish(self.journal.roll_back(record, reason, checks))
         log.warning("rollout %s of %s rolled back: %s", rollout_id, record.package, reason)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from edge_runtime.pipeline.streaming import Pipeline
 
-__all__ = ["ProbationLimits", "ProbationVerdict", "watch"]
+__all__ = ["ProbationLimits", "ProbationVerdict", "watch", "watch_all"]
 
 IN_FLIGHT = 8  # items between the source and a result at any time: the runner's requests and the post queue
 
@@ -89,3 +90,40 @@ def watch(pipeline: Pipeline, limits: ProbationLimits, stop: threading.Event | N
             return verdict(False, "probation was stopped")
         if stop is None:
             time.sleep(limits.poll_seconds)
+
+
+def watch_all(
+    pipelines: list[Pipeline],
+    failed_requests: Callable[[], int],
+    serving: bool,
+    limits: ProbationLimits,
+    stop: threading.Event,
+) -> tuple[dict[str, ProbationVerdict], int]:
+    """Every switched pipeline watched at once, and served requests counted: the first failure ends them all.
+
+    Returns each pipeline's verdict and the requests that failed during probation (`failed_requests()`
+    counts them from the start of time; served models have no frames to pace, so errors are their gate).
+    """
+    verdicts: dict[str, ProbationVerdict] = {}
+    halt = threading.Event()  # set by a failing pipeline's watcher, by failed requests, or by an abort
+
+    def one(pipeline: Pipeline) -> None:
+        verdict = watch(pipeline, limits, halt)
+        verdicts[pipeline.name] = verdict
+        if not verdict.passed:
+            halt.set()
+
+    watchers = [threading.Thread(target=one, args=(p,), name=f"probation-{p.name}", daemon=True) for p in pipelines]
+    for thread in watchers:
+        thread.start()
+    before = failed_requests()
+    deadline = time.monotonic() + limits.seconds
+    failed = 0
+    while any(t.is_alive() for t in watchers) or (serving and time.monotonic() < deadline and not halt.is_set()):
+        failed = failed_requests() - before
+        if failed > limits.max_errors or stop.wait(0.1):
+            halt.set()
+            break
+    for thread in watchers:
+        thread.join()
+    return verdicts, failed

@@ -32,7 +32,7 @@ from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.sources.base import Frame, Item
 
-__all__ = ["ShadowLimits", "ShadowSummary", "run_shadow"]
+__all__ = ["ShadowLimits", "ShadowSummary", "fidelity_of", "run_shadow"]
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def run_shadow(
     stop: threading.Event | None = None,
 ) -> ShadowSummary:
     """Run `new_model` in the shadow of `pipeline` until the limits say, and judge it; blocks meanwhile."""
-    fidelity_error, failure = _fidelity(new_model, limits.fidelity_tolerance)
+    fidelity_error, failure = fidelity_of(new_model, limits.fidelity_tolerance)
     if failure is not None:
         return ShadowSummary(0, 0, 0, None, None, fidelity_error, False, failure)
     shadow = _Shadow(pipeline, new_model, new_decoder, new_spec)
@@ -86,7 +86,8 @@ def run_shadow(
     return shadow.judge(limits, fidelity_error)
 
 
-def _fidelity(model: LoadedModel, tolerance: float) -> tuple[float | None, str | None]:
+def fidelity_of(model: LoadedModel, tolerance: float) -> tuple[float | None, str | None]:
+    """The model's largest output error against its own fp32 variant, and why that fails, if it does."""
     from edge_runtime.measure.fidelity import compare, load_reference
 
     try:

@@ -95,7 +95,7 @@ class Daemon:
             pipeline_config=lambda name: self.config.pipeline(name),
             publish=self.states.put,
             topics=self.topics,
-            committed=self._served_take_release,
+            serving=lambda: self.serving,
         )
         self.rollouts = Rollouts(host, config.rollout, config.state_dir, trust)
         self.control: ControlChannel | None = None
@@ -220,10 +220,6 @@ class Daemon:
         pipeline.stop(timeout)
         self.watchdog.unregister(name)
         self.model_pool.release(name)
-
-    def _served_take_release(self, package: str) -> None:
-        if self.serving is not None and (switched := self.serving.take_release(package)):
-            log.info("served models %s now answer with the committed release of %s", ", ".join(switched), package)
 
     def _source_context(self) -> SourceContext:
         return SourceContext(subscribe=self.connection.subscribe)

@@ -85,17 +85,19 @@ class Serving:
     def report(self) -> dict[str, Any]:
         return {name: served.metrics.snapshot() for name, served in self.models.items()}
 
-    def take_release(self, package: str) -> list[str]:
-        """Serve the release of `package` this box now runs (a rollout committed it): each served model of the
-        package loads again, which gives the active release, and takes the requests from then on, while its
-        old queue answers what it holds. Returns the served models that switched."""
+    def take_release(self, package: str, *, record_release: bool = True, downgrade_to: int | None = None) -> list[str]:
+        """Serve the release of `package` the store marks active (a rollout switched to it, or back): each
+        served model of the package loads again, and takes the requests from then on, while its old queue
+        answers what it holds. `record_release` and `downgrade_to` go to the model pool, as for a rollout's
+        own loads. Returns the served models that switched."""
         switched = []
         for config in self.settings.models:
             served = self.models.get(config.name)
             if served is None or served.model.package.name != package:
                 continue
             user = f"serve:{config.name}"
-            self.models[config.name] = self._serve(config, f"{user}:next", served.metrics)
+            pinned = {"record_release": record_release, "downgrade_to": downgrade_to}
+            self.models[config.name] = self._serve(config, f"{user}:next", served.metrics, pinned)
             served.queue.close()
             self.pool.release(user)
             self.pool.rename(f"{user}:next", user)
@@ -103,16 +105,21 @@ class Serving:
         return switched
 
     def _serve(
-        self, config: ServedModelConfig, user: str | None = None, metrics: ModelMetrics | None = None
+        self,
+        config: ServedModelConfig,
+        user: str | None = None,
+        metrics: ModelMetrics | None = None,
+        pinned: dict[str, Any] | None = None,
     ) -> ServedModel:
         wanted = config.batching.max_batch_size
         options = {"dynamic_batch": True} if wanted > 1 else {}
         user = user or f"serve:{config.name}"
-        model = self.pool.acquire(user, config, self.config_file, unpaced=True, options=options, share_any_pace=True)
+        load = {"unpaced": True, "share_any_pace": True, **(pinned or {})}
+        model = self.pool.acquire(user, config, self.config_file, options=options, **load)
         choice = self.choices.choose(model, wanted, config.batching.batch_when)
         if choice.unsound:  # the freed batch dimension gives wrong answers: serve the model as exported
             self.pool.release(user)
-            model = self.pool.acquire(user, config, self.config_file, unpaced=True, share_any_pace=True)
+            model = self.pool.acquire(user, config, self.config_file, **load)
         batching = Batching(choice.max_batch_size, config.batching.max_queue_delay_ms, config.batching.max_queue_size,
                             config.batching.timeout_ms)  # fmt: skip
         metrics = metrics or ModelMetrics()

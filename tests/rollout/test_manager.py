@@ -219,3 +219,58 @@ def test_a_rollout_cut_short_is_rolled_back_at_the_next_start(box: Box, face_pac
         active = store.active(box.package)
         assert active is not None and active.release == 2, stopped_at
         assert box.retained[TOPICS.rollout(rollout_id)]["stage"] == "rolled_back"
+
+
+def test_a_package_only_served_rolls_out_and_back_on_failed_requests(face_package_dir: Path, tmp_path: Path) -> None:
+    """No pipeline runs it: the new release is judged on its fidelity, then on the requests it answers."""
+    import http.client
+
+    from edge_runtime.config.schema import ServeSettings
+    from edge_runtime.serving.service import Serving
+
+    private, public = generate_keys("ops", tmp_path / "keys")
+    state = tmp_path / "state"
+    trust = TrustPolicy.build([read_public_key(public)], None, state)
+    first = unpack(signed_release(face_package_dir, tmp_path / "v1", private, 1, "1.0"), tmp_path / "installed")
+    pool = ModelPool(look_at_box(), state, tmp_path / "cache", trust)
+    settings = ServeSettings.model_validate({"http": {"port": 0}, "models": [{"name": "faces", "path": str(first)}]})
+    serving = Serving(settings, "box", pool, tmp_path / "config.yaml")
+    serving.start()
+    host = RolloutHost(
+        pool=pool, config_file=tmp_path / "config.yaml", pipelines=dict, pipeline_config=lambda name: None,  # type: ignore[arg-type,return-value]
+        publish=lambda topic, payload: None, topics=TOPICS, serving=lambda: serving,
+    )  # fmt: skip
+    rollouts = Rollouts(host, RolloutSettings.model_validate(FAST | {"probation": {"seconds": 3.0}}), state, trust)
+    jpeg = (Path(__file__).resolve().parents[2] / "samples/images/astronaut.jpg").read_bytes()
+
+    def ask() -> tuple[int, dict[str, Any]]:
+        connection = http.client.HTTPConnection("127.0.0.1", serving.port, timeout=30)
+        connection.request("POST", "/v2/models/faces/infer", jpeg, {"Content-Type": "image/jpeg"})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+
+    def run(rollout_id: str, archive: Path) -> Any:
+        rollouts.start(RolloutRequest(rollout_id, "face_detection_short_range", str(archive), sha256_of(archive)))
+        while (record := rollouts.wait(0.2)) is None:
+            ask()  # a client keeps asking throughout
+        return record
+
+    def broken_decoder(manifest: dict[str, Any], root: Path) -> None:
+        manifest["decoder"]["params"]["num_layers"] = 5
+
+    try:
+        good = run("r-2", signed_release(face_package_dir, tmp_path / "v2", private, 2, "2.0"))
+        assert good.stage is Stage.COMMITTED, good.reason
+        assert good.checks["shadow"]["serve:faces"]["passed"]
+        assert ask()[1]["model"]["version"] == "2.0"
+        bad = run("r-3", signed_release(face_package_dir, tmp_path / "v3", private, 3, "3.0", edit=broken_decoder))
+        assert bad.stage is Stage.ROLLED_BACK
+        assert bad.reason.startswith("probation failed: served models faces: ") and "requests failed" in bad.reason
+        status, answer = ask()
+        assert status == 200 and answer["model"]["version"] == "2.0"  # the release before answers again
+        active = pool.store.active("face_detection_short_range")
+        assert active is not None and active.release == 2
+    finally:
+        rollouts.close()
+        serving.stop()
+        pool.close()
