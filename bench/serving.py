@@ -16,9 +16,10 @@ cores with the server, as on any single box. Measured per model:
 - capacity: the highest offered rate that passes (p99 ≤ 50 ms, ≥ 99% answered 200, achieved ≥ 95% of
   offered), searched from above (see `capacity`): round 1 from 1.5 × the model's own async throughput
   down in steps of 0.8, then two bisection steps; later rounds from 1.3 × the side's median so far
-  down in steps of 0.9, then one. Every round restarts each side's server; sides alternate, in
-  reversed order every other round; medians over rounds. After every probe the generator waits for
-  the server to answer single requests promptly again, so that a backlog is not charged to the next.
+  down in steps of 0.9, then one; never below 0.1 × the model's throughput. Every round restarts
+  each side's server; sides alternate, in reversed order every other round; medians over rounds.
+  After every probe the generator waits for the server to answer single requests promptly again,
+  so that a backlog is not charged to the next probe.
 - p50/p99 against offered load at fractions of the model's own async throughput (round 1).
 - one at a time: closed loop, concurrency 1, median latency; against the model's synchronous latency
   in-process, compiled as the servers compile it and under the latency hint.
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 import tempfile
@@ -83,16 +85,26 @@ def capacity(probe: Probe, previous: list[float], ceiling: float, trace: list[di
     """The highest passing rate, searched from above: down in geometric steps to the first rate that
     passes, then bisected between it and the last that failed. From above, since a side may fail at
     low load too (a fixed delay per request puts p99 over the bound whatever the rate), where a
-    bisection from zero would stop at the first failing midpoint."""
+    bisection from zero would stop at the first failing midpoint. Below a tenth of the model's own
+    throughput the search gives up and says 0."""
     median = statistics.median(previous) if previous else 0.0
-    rate, factor, refine = (1.3 * median, 0.9, 1) if median > 0 else (1.5 * ceiling, 0.8, 2)
+    if median > 0:
+        rate, factor, refine = 1.3 * median, 0.9, 1
+    else:
+        rate, factor, refine = (0.5 * ceiling, 0.7, 2) if previous else (1.5 * ceiling, 0.8, 2)
     failed = None
-    while rate >= 0.02 * ceiling:
+    while rate >= 0.1 * ceiling:
         trace.append(result := probe(rate))
         if passes(result):
             return rate if failed is None else bisect(probe, rate, failed, refine, trace)
         failed, rate = rate, rate * factor
     return 0.0
+
+
+def shown(result: dict[str, Any]) -> None:
+    p50, p99 = (f"{result[p]:.1f}" if result[p] is not None else "-" for p in ("p50", "p99"))
+    verdict = "pass" if passes(result) else "aborted" if result.get("aborted") else "fail"
+    print(f"      {result['offered']:7.1f}/s: achieved {result['achieved']:7.1f}, p50 {p50}, p99 {p99} ms, {verdict}")
 
 
 class Bench:
@@ -116,6 +128,7 @@ class Bench:
             op="http", url=url, body=body, headers=headers, rate=rate, seconds=seconds, warmup=1.0, **more
         )
         self.settle(url, request)
+        shown(result)
         return result
 
     def mqtt_probe(self, url: str, port: int, topic: str, request: tuple[str, dict[str, str]], rate: float) -> Any:
@@ -123,6 +136,7 @@ class Bench:
         result = self.load.run(op="mqtt", port=port, topic=topic, body=body, content_type=headers["Content-Type"],
                                rate=rate, seconds=self.args.seconds, warmup=1.0, abort_ms=BOUND_MS)  # fmt: skip
         self.settle(url, request)
+        shown(result)
         return result
 
     def settle(self, url: str, request: tuple[str, dict[str, str]]) -> None:
@@ -269,6 +283,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round, short probes, few steps")
     parser.add_argument("--json", type=Path, default=RESULTS / "serving.json")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the servers are stopped on the way out
     if args.quick:
         args.rounds, args.seconds, args.curve, args.one_count, args.mqtt_rounds = 1, 1.5, [0.5], 50, 1
     logs = RESULTS / "serving-logs"
