@@ -154,10 +154,11 @@ class Bench:
         alone = model_alone(model, 3.0)
         ceiling = alone["async_fps"]
         print(f"\n{model.title}: alone {alone}", flush=True)
-        sides: dict[str, dict[str, Any]] = {s: {"capacity": [], "probes": [], "curve": []} for s in args.sides}
+        run = [] if args.no_http else args.sides
+        sides: dict[str, dict[str, Any]] = {s: {"capacity": [], "probes": [], "curve": []} for s in run}
         request = model.tensor_request()
         for round_ in range(args.rounds):
-            for side in args.sides if round_ % 2 == 0 else reversed(args.sides):
+            for side in run if round_ % 2 == 0 else reversed(run):
                 record = sides[side]
                 print(f"  round {round_ + 1} {side} (load average {load_average():.2f})", flush=True)
                 server = self.server(side, model)
@@ -179,34 +180,39 @@ class Bench:
             record["median_capacity"] = statistics.median(record["capacity"])
         result: dict[str, Any] = {"model": model.title, "alone": alone, "max_batch_size": model.max_batch_size,
                                   "why_unbatched": model.why_unbatched, "sides": sides}  # fmt: skip
-        if args.mqtt_rounds and "edge" in sides:
+        if args.mqtt_rounds:
             result["mqtt"] = self.mqtt(model, ceiling)
         return result
 
     def mqtt(self, model: Model, ceiling: float) -> dict[str, Any]:
-        """MQTT against HTTP on one edge server, the same JPEG body, capacities by bisection, alternating."""
+        """MQTT against HTTP on one edge server, the same JPEG body, capacities searched alternately; for
+        edge+nodelay, the broker runs with set_tcp_nodelay and the server's MQTT socket with TCP_NODELAY."""
         from broker import Mosquitto  # type: ignore[import-not-found, unused-ignore]
 
         args = self.args
         body, headers = model.image_request()
-        routes: dict[str, dict[str, Any]] = {r: {"capacity": [], "probes": []} for r in ("http", "mqtt")}
-        with tempfile.TemporaryDirectory() as scratch, Mosquitto(Path(scratch)) as broker:
-            server = self.server("edge", model, broker.port)
-            topic = f"edge/bench-box/infer/{model.name}"
-            try:
-                self.http(server.url, (body, headers), 0.3 * ceiling, 2.0)
-                probes: dict[str, Probe] = {
-                    "http": lambda rate: self.http(server.url, (body, headers), rate, abort=True),
-                    "mqtt": lambda rate: self.mqtt_probe(server.url, broker.port, topic, (body, headers), rate),
-                }
-                for round_ in range(args.mqtt_rounds):
-                    for route in ("http", "mqtt") if round_ % 2 == 0 else ("mqtt", "http"):
-                        record = routes[route]
-                        found = capacity(probes[route], record["capacity"], ceiling, record["probes"])
-                        record["capacity"].append(found)
-                        print(f"  MQTT part, round {round_ + 1}, {route}: {found:.0f}/s", flush=True)
-            finally:
-                server.stop()
+        routes: dict[str, dict[str, Any]] = {}
+        for side in args.mqtt_sides:
+            options = ["set_tcp_nodelay true"] if side == "edge+nodelay" else []
+            with tempfile.TemporaryDirectory() as scratch, Mosquitto(Path(scratch), listener_options=options) as broker:
+                server = self.server(side, model, broker.port)
+                topic = f"edge/bench-box/infer/{model.name}"
+                try:
+                    self.http(server.url, (body, headers), 0.3 * ceiling, 2.0)
+                    probes: dict[str, Probe] = {
+                        "http": partial(self.http, server.url, (body, headers), abort=True),
+                        "mqtt": partial(self.mqtt_probe, server.url, broker.port, topic, (body, headers)),
+                    }
+                    for route in probes:
+                        routes[f"{side} {route}"] = {"capacity": [], "probes": []}
+                    for round_ in range(args.mqtt_rounds):
+                        for route in ("http", "mqtt") if round_ % 2 == 0 else ("mqtt", "http"):
+                            record = routes[f"{side} {route}"]
+                            found = capacity(probes[route], record["capacity"], ceiling, record["probes"])
+                            record["capacity"].append(found)
+                            print(f"  MQTT part, {side}, round {round_ + 1}, {route}: {found:.0f}/s", flush=True)
+                finally:
+                    server.stop()
         for record in routes.values():
             record["median_capacity"] = statistics.median(record["capacity"])
         return routes
@@ -220,7 +226,8 @@ def at_capacity(probes: list[dict[str, Any]], rate: float) -> dict[str, Any] | N
     return next((p for p in reversed(probes) if passes(p) and abs(p["offered"] - rate) < 1e-6), None)
 
 
-def report(results: list[dict[str, Any]], sides: list[str]) -> str:
+def report(everything: list[dict[str, Any]], sides: list[str]) -> str:
+    results = [result for result in everything if result["sides"]]
     lines = ["### Capacity at p99 ≤ 50 ms (requests/s, median of rounds; rounds in brackets)", ""]
     lines += ["| model | " + " | ".join(sides) + " | edge/triton | edge/naive |", "|---" * (len(sides) + 3) + "|"]
     for result in results:
@@ -255,17 +262,20 @@ def report(results: list[dict[str, Any]], sides: list[str]) -> str:
         "### MQTT 5 request/response beside HTTP, edge_runtime, the same JPEG body (capacity at p99 ≤ 50 ms)",
         "",
     ]
-    lines += ["| model | HTTP /s | p50 / p99 ms | MQTT /s | p50 / p99 ms |", "|---|---|---|---|---|"]
-    for result in results:
-        if "mqtt" not in result:
-            continue
-        cells = []
-        for route in ("http", "mqtt"):
-            record = result["mqtt"][route]
-            probe = at_capacity(record["probes"], record["capacity"][-1])
-            latency = f"{probe['p50']:.1f} / {probe['p99']:.1f}" if probe else "-"
-            cells += [f"{record['median_capacity']:.0f} ({' '.join(f'{c:.0f}' for c in record['capacity'])})", latency]
-        lines.append(f"| {result['model']} | " + " | ".join(cells) + " |")
+    lines += ["| model | server | HTTP /s | p50 / p99 ms | MQTT /s | p50 / p99 ms |", "|---|---|---|---|---|---|"]
+    for result in everything:
+        sides_done = sorted({route.split()[0] for route in result.get("mqtt", {})})
+        for side in sides_done:
+            cells = []
+            for route in ("http", "mqtt"):
+                record = result["mqtt"][f"{side} {route}"]
+                probe = at_capacity(record["probes"], record["capacity"][-1])
+                latency = f"{probe['p50']:.1f} / {probe['p99']:.1f}" if probe else "-"
+                cells += [
+                    f"{record['median_capacity']:.0f} ({' '.join(f'{c:.0f}' for c in record['capacity'])})",
+                    latency,
+                ]
+            lines.append(f"| {result['model']} | {side} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -280,6 +290,8 @@ def main() -> None:
                         help="offered loads, as fractions of the model's own async throughput")  # fmt: skip
     parser.add_argument("--one-count", type=int, default=200, help="requests one at a time")
     parser.add_argument("--mqtt-rounds", type=int, default=2, help="0 skips the MQTT part")
+    parser.add_argument("--mqtt-sides", nargs="+", default=["edge", "edge+nodelay"], choices=["edge", "edge+nodelay"])
+    parser.add_argument("--no-http", action="store_true", help="only the MQTT part")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round, short probes, few steps")
     parser.add_argument("--json", type=Path, default=RESULTS / "serving.json")
     args = parser.parse_args()

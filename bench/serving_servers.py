@@ -87,6 +87,15 @@ def serve_edge(args: argparse.Namespace) -> None:
     if args.mqtt_port is not None:
         connection = MqttConnection(MqttSettings(host=HOST, port=args.mqtt_port), args.device_id)
         topics = Topics("edge", args.device_id)
+        if args.nodelay:
+            mqtt = connection
+
+            def no_nagle(_count: int) -> None:
+                sock = mqtt._client.socket()
+                if isinstance(sock, socket.socket):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+            connection.add_connect_listener(no_nagle)
         connection.start()
         if not connection.wait_connected(10):
             raise SystemExit(f"no connection to the broker on port {args.mqtt_port}")
@@ -195,7 +204,7 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=2.0)
     parser.add_argument("--mqtt-port", type=int, help="edge: also answer MQTT requests via this broker")
     parser.add_argument("--device-id", default="bench-box")
-    parser.add_argument("--nodelay", action="store_true", help="edge: TCP_NODELAY on its connections")
+    parser.add_argument("--nodelay", action="store_true", help="edge: TCP_NODELAY on its HTTP and MQTT connections")
     args = parser.parse_args()
     {"edge": serve_edge, "triton": serve_triton, "naive": serve_naive}[args.side](args)
 
