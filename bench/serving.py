@@ -16,7 +16,7 @@ cores with the server, as on any single box. Measured per model:
 - capacity: the highest offered rate that passes (p99 ≤ 50 ms, ≥ 99% answered 200, achieved ≥ 95% of
   offered), searched from above (see `capacity`): round 1 from 1.5 × the model's own async throughput
   down in steps of 0.8, then two bisection steps; later rounds from 1.3 × the side's median so far
-  down in steps of 0.9, then one; never below 0.1 × the model's throughput. Every round restarts
+  down in steps of 0.9, then one; never below `--floor` (0.1) × the model's throughput. Every round restarts
   each side's server; sides alternate, in reversed order every other round; medians over rounds.
   After every probe the generator waits for the server to answer single requests promptly again,
   so that a backlog is not charged to the next probe.
@@ -81,11 +81,13 @@ def bisect(probe: Probe, low: float, high: float, steps: int, trace: list[dict[s
     return low
 
 
-def capacity(probe: Probe, previous: list[float], ceiling: float, trace: list[dict[str, Any]]) -> float:
+def capacity(
+    probe: Probe, previous: list[float], ceiling: float, trace: list[dict[str, Any]], floor: float = 0.1
+) -> float:
     """The highest passing rate, searched from above: down in geometric steps to the first rate that
     passes, then bisected between it and the last that failed. From above, since a side may fail at
     low load too (a fixed delay per request puts p99 over the bound whatever the rate), where a
-    bisection from zero would stop at the first failing midpoint. Below a tenth of the model's own
+    bisection from zero would stop at the first failing midpoint. Below `floor` × the model's own
     throughput the search gives up and says 0."""
     median = statistics.median(previous) if previous else 0.0
     if median > 0:
@@ -93,7 +95,7 @@ def capacity(probe: Probe, previous: list[float], ceiling: float, trace: list[di
     else:
         rate, factor, refine = (0.5 * ceiling, 0.7, 2) if previous else (1.5 * ceiling, 0.8, 2)
     failed = None
-    while rate >= 0.1 * ceiling:
+    while rate >= floor * ceiling:
         trace.append(result := probe(rate))
         if passes(result):
             return rate if failed is None else bisect(probe, rate, failed, refine, trace)
@@ -171,7 +173,7 @@ class Bench:
                         for fraction in args.curve:
                             record["curve"].append(self.http(server.url, request, fraction * ceiling))
                     probe = partial(self.http, server.url, request, abort=True)
-                    found = capacity(probe, record["capacity"], ceiling, record["probes"])
+                    found = capacity(probe, record["capacity"], ceiling, record["probes"], args.floor)
                     record["capacity"].append(found)
                     print(f"    capacity {found:.0f}/s", flush=True)
                 finally:
@@ -208,7 +210,7 @@ class Bench:
                     for round_ in range(args.mqtt_rounds):
                         for route in ("http", "mqtt") if round_ % 2 == 0 else ("mqtt", "http"):
                             record = routes[f"{side} {route}"]
-                            found = capacity(probes[route], record["capacity"], ceiling, record["probes"])
+                            found = capacity(probes[route], record["capacity"], ceiling, record["probes"], args.floor)
                             record["capacity"].append(found)
                             print(f"  MQTT part, {side}, round {round_ + 1}, {route}: {found:.0f}/s", flush=True)
                 finally:
@@ -291,6 +293,7 @@ def main() -> None:
     parser.add_argument("--one-count", type=int, default=200, help="requests one at a time")
     parser.add_argument("--mqtt-rounds", type=int, default=2, help="0 skips the MQTT part")
     parser.add_argument("--mqtt-sides", nargs="+", default=["edge", "edge+nodelay"], choices=["edge", "edge+nodelay"])
+    parser.add_argument("--floor", type=float, default=0.1, help="lowest rate searched, × the model's throughput")
     parser.add_argument("--no-http", action="store_true", help="only the MQTT part")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round, short probes, few steps")
     parser.add_argument("--json", type=Path, default=RESULTS / "serving.json")
