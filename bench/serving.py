@@ -228,6 +228,10 @@ def at_capacity(probes: list[dict[str, Any]], rate: float) -> dict[str, Any] | N
     return next((p for p in reversed(probes) if passes(p) and abs(p["offered"] - rate) < 1e-6), None)
 
 
+def ratio(ours: float, theirs: float) -> str:
+    return f"{ours / theirs:.2f}" if theirs > 0 else "no capacity to compare"
+
+
 def report(everything: list[dict[str, Any]], sides: list[str]) -> str:
     results = [result for result in everything if result["sides"]]
     lines = ["### Capacity at p99 ≤ 50 ms (requests/s, median of rounds; rounds in brackets)", ""]
@@ -237,7 +241,7 @@ def report(everything: list[dict[str, Any]], sides: list[str]) -> str:
     for result in results:
         s = result["sides"]
         cells = [f"**{s[x]['median_capacity']:.0f}** ({' '.join(f'{c:.0f}' for c in s[x]['capacity'])})" for x in sides]
-        cells += [f"{s['edge']['median_capacity'] / max(1e-9, s[o]['median_capacity']):.2f}" for o in ratios]
+        cells += [ratio(s["edge"]["median_capacity"], s[o]["median_capacity"]) for o in ratios]
         lines.append(f"| {result['model']} | " + " | ".join(cells) + " |")
     lines += ["", "### p50 / p99 latency (ms) against offered load (round 1; achieved rate where under 95%)", ""]
     for result in results:
