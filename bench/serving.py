@@ -14,7 +14,7 @@ The load generator (serving_load.py) is a process of its own: open-loop Poisson 
 from each request's scheduled time into an HdrHistogram, binary tensor data. It shares the machine's
 cores with the server, as on any single box. Measured per model:
 - capacity: the highest offered rate that passes (p99 ≤ 50 ms, ≥ 99% answered 200, achieved ≥ 95% of
-  offered), searched from above (see `capacity`): round 1 from 1.5 × the model's own async throughput
+  offered), searched from above (see `capacity`): round 1 from `--top` (1.5) × the model's own async throughput
   down in steps of 0.8, then two bisection steps; later rounds from 1.3 × the side's median so far
   down in steps of 0.9, then one; never below `--floor` (0.1) × the model's throughput. Every round restarts
   each side's server; sides alternate, in reversed order every other round; medians over rounds.
@@ -82,7 +82,12 @@ def bisect(probe: Probe, low: float, high: float, steps: int, trace: list[dict[s
 
 
 def capacity(
-    probe: Probe, previous: list[float], ceiling: float, trace: list[dict[str, Any]], floor: float = 0.1
+    probe: Probe,
+    previous: list[float],
+    ceiling: float,
+    trace: list[dict[str, Any]],
+    floor: float = 0.1,
+    top: float = 1.5,
 ) -> float:
     """The highest passing rate, searched from above: down in geometric steps to the first rate that
     passes, then bisected between it and the last that failed. From above, since a side may fail at
@@ -93,7 +98,7 @@ def capacity(
     if median > 0:
         rate, factor, refine = 1.3 * median, 0.9, 1
     else:
-        rate, factor, refine = (0.5 * ceiling, 0.7, 2) if previous else (1.5 * ceiling, 0.8, 2)
+        rate, factor, refine = (0.5 * top * ceiling, 0.7, 2) if previous else (top * ceiling, 0.8, 2)
     failed = None
     while rate >= floor * ceiling:
         trace.append(result := probe(rate))
@@ -173,7 +178,7 @@ class Bench:
                         for fraction in args.curve:
                             record["curve"].append(self.http(server.url, request, fraction * ceiling))
                     probe = partial(self.http, server.url, request, abort=True)
-                    found = capacity(probe, record["capacity"], ceiling, record["probes"], args.floor)
+                    found = capacity(probe, record["capacity"], ceiling, record["probes"], args.floor, args.top)
                     record["capacity"].append(found)
                     print(f"    capacity {found:.0f}/s", flush=True)
                 finally:
@@ -210,7 +215,9 @@ class Bench:
                     for round_ in range(args.mqtt_rounds):
                         for route in ("http", "mqtt") if round_ % 2 == 0 else ("mqtt", "http"):
                             record = routes[f"{side} {route}"]
-                            found = capacity(probes[route], record["capacity"], ceiling, record["probes"], args.floor)
+                            found = capacity(
+                                probes[route], record["capacity"], ceiling, record["probes"], args.floor, args.top
+                            )
                             record["capacity"].append(found)
                             print(f"  MQTT part, {side}, round {round_ + 1}, {route}: {found:.0f}/s", flush=True)
                 finally:
@@ -299,7 +306,8 @@ def main() -> None:
     parser.add_argument("--one-count", type=int, default=200, help="requests one at a time")
     parser.add_argument("--mqtt-rounds", type=int, default=2, help="0 skips the MQTT part")
     parser.add_argument("--mqtt-sides", nargs="+", default=["edge", "edge+nodelay"], choices=["edge", "edge+nodelay"])
-    parser.add_argument("--floor", type=float, default=0.1, help="lowest rate searched, × the model's throughput")
+    parser.add_argument("--floor", type=float, default=0.1, help="where the search gives up, × the model's throughput")
+    parser.add_argument("--top", type=float, default=1.5, help="where the search starts, × the model's throughput")
     parser.add_argument("--no-http", action="store_true", help="only the MQTT part")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round, short probes, few steps")
     parser.add_argument("--json", type=Path, default=RESULTS / "serving.json")
