@@ -170,7 +170,7 @@ class Bench:
                 print(f"  round {round_ + 1} {side} (load average {load_average():.2f})", flush=True)
                 server = self.server(side, model)
                 try:
-                    self.http(server.url, request, 0.6 * ceiling, 2.0)  # warm-up: batch shapes, caches, JIT
+                    self.http(server.url, request, 0.4 * args.top * ceiling, 2.0)  # warm-up: batch shapes, JIT
                     if round_ == 0:
                         one = self.load.run(op="one_at_a_time", url=server.url, body=request[0],
                                             headers=request[1], count=args.one_count, warmup=30)  # fmt: skip
@@ -205,7 +205,7 @@ class Bench:
                 server = self.server(side, model, broker.port)
                 topic = f"edge/bench-box/infer/{model.name}"
                 try:
-                    self.http(server.url, (body, headers), 0.3 * ceiling, 2.0)
+                    self.http(server.url, (body, headers), 0.2 * args.top * ceiling, 2.0)
                     probes: dict[str, Probe] = {
                         "http": partial(self.http, server.url, (body, headers), abort=True),
                         "mqtt": partial(self.mqtt_probe, server.url, broker.port, topic, (body, headers)),
