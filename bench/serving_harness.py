@@ -170,11 +170,14 @@ class Server:
         self.url = f"http://{HOST}:{self.port}/v2/models/{model.name}/infer"
         self.ready_url = f"http://{HOST}:{self.port}/v2/models/{model.name}/ready"
         deadline = time.monotonic() + 90
-        while not self._ready():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise SystemExit(f"the {side} server did not start; see {log}")
-            time.sleep(0.2)
+        try:
+            while not self._ready():
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the {side} server did not start; see {log}")
+                time.sleep(0.2)
+        except BaseException:
+            self.stop()  # also when the bench itself is stopped meanwhile
+            raise
 
     def _ready(self) -> bool:
         try:
