@@ -1,0 +1,335 @@
+"""Serving: edge_runtime's endpoint against Triton and against a naive server, same model files, same box.
+
+Sides (see serving_servers.py), each its own process on a loopback port:
+- edge: edge_runtime's `Serving` (Open Inference Protocol over Starlette/uvicorn, Triton's batching rule);
+- edge+nodelay: the same with TCP_NODELAY set on its listening socket (a diagnosis, not what ships);
+- triton: PyTriton 0.5.14, i.e. Triton 2.51's C++ HTTP frontend and dynamic batcher, calling OpenVINO
+  from a Python callable, one model instance per infer request OpenVINO plans;
+- naive: FastAPI + uvicorn calling the compiled model once per request.
+All load the same OpenVINO IR on the CPU at explicit fp32; edge and triton with the same max_batch_size
+and queue delay. Models: MobileNetV2 1.0 at 224×224 (built here with seeded weights, see models.py)
+and the bundled face detector, whose graph cannot be batched (both servers then run requests side by side).
+
+The load generator (serving_load.py) is a process of its own: open-loop Poisson arrivals, latencies
+from each request's scheduled time into an HdrHistogram, binary tensor data. It shares the machine's
+cores with the server, as on any single box. Measured per model:
+- capacity: the highest offered rate that passes (p99 ≤ 50 ms, ≥ 99% answered 200, achieved ≥ 95% of
+  offered), searched from above (see `capacity`): round 1 from `--top` (1.5) × the model's own async throughput
+  down in steps of 0.8, then two bisection steps; later rounds from 1.3 × the side's median so far
+  down in steps of 0.9, then one; never below `--floor` (0.1) × the model's throughput. Every round restarts
+  each side's server; sides alternate, in reversed order every other round; medians over rounds.
+  After every probe the generator waits for the server to answer single requests promptly again,
+  so that a backlog is not charged to the next probe.
+- p50/p99 against offered load at fractions of the model's own async throughput (round 1).
+- one at a time: closed loop, concurrency 1, median latency; against the model's synchronous latency
+  in-process, compiled as the servers compile it and under the latency hint.
+- MQTT: edge's MQTT 5 request/response (Response Topic, Correlation Data) through a Mosquitto started
+  here, against its HTTP route with the same JPEG body; capacity at the same bound, alternating.
+
+Goals: edge ≥ 1.0× Triton's capacity, ≥ 2× the naive server's; one at a time, median ≤ the model's
+synchronous latency + 1 ms. Results: bench/results/serving.json; logs of the servers: bench/results/serving-logs/.
+
+One-time setup, done on first use: bench/.cache/triton-venv, a venv of the base Python with
+nvidia-pytriton==0.5.14 (Triton 2.51.0), the project's OpenVINO version, fastapi, uvicorn, hdrhistogram,
+aiohttp and paho-mqtt (about 1 GB). Triton's Python stub needs libpython: LD_LIBRARY_PATH is set for it.
+
+    python bench/serving.py [--rounds 3] [--seconds 3] [--models mobilenet_v2 face] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
+
+from serving_harness import LoadGenerator, Model, Server, bench_models, load_average, model_alone  # noqa: E402
+
+SIDES = ("edge", "triton", "naive", "edge+nodelay")
+BOUND_MS = 50.0
+RESULTS = BENCH / "results"
+Probe = Callable[[float], dict[str, Any]]
+
+
+def passes(result: dict[str, Any]) -> bool:
+    p99 = result.get("p99")
+    return (
+        p99 is not None
+        and p99 <= BOUND_MS
+        and result["ok"] >= 0.99 * result["sent"]
+        and result["achieved"] >= 0.95 * result["offered"]
+        and not result.get("aborted")
+    )
+
+
+def bisect(probe: Probe, low: float, high: float, steps: int, trace: list[dict[str, Any]]) -> float:
+    """The highest rate in [low, high) that passed, after `steps` probes; `low` passed already."""
+    for _ in range(steps):
+        rate = (low * high) ** 0.5
+        trace.append(result := probe(rate))
+        low, high = (rate, high) if passes(result) else (low, rate)
+    return low
+
+
+def capacity(
+    probe: Probe,
+    previous: list[float],
+    ceiling: float,
+    trace: list[dict[str, Any]],
+    floor: float = 0.1,
+    top: float = 1.5,
+) -> float:
+    """The highest passing rate, searched from above: down in geometric steps to the first rate that
+    passes, then bisected between it and the last that failed. From above, since a side may fail at
+    low load too (a fixed delay per request puts p99 over the bound whatever the rate), where a
+    bisection from zero would stop at the first failing midpoint. Below `floor` × the model's own
+    throughput the search gives up and says 0."""
+    median = statistics.median(previous) if previous else 0.0
+    if median > 0:
+        rate, factor, refine = 1.3 * median, 0.9, 1
+    else:
+        rate, factor, refine = (0.5 * top * ceiling, 0.7, 2) if previous else (top * ceiling, 0.8, 2)
+    failed = None
+    while rate >= floor * ceiling:
+        trace.append(result := probe(rate))
+        if passes(result):
+            return rate if failed is None else bisect(probe, rate, failed, refine, trace)
+        failed, rate = rate, rate * factor
+    return 0.0
+
+
+def shown(result: dict[str, Any]) -> None:
+    p50, p99 = (f"{result[p]:.1f}" if result[p] is not None else "-" for p in ("p50", "p99"))
+    verdict = "pass" if passes(result) else "aborted" if result.get("aborted") else "fail"
+    print(f"      {result['offered']:7.1f}/s: achieved {result['achieved']:7.1f}, p50 {p50}, p99 {p99} ms, {verdict}")
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, logs: Path) -> None:
+        self.args = args
+        self.logs = logs
+        self.load = LoadGenerator()
+
+    def http(
+        self,
+        url: str,
+        request: tuple[str, dict[str, str]],
+        rate: float,
+        seconds: float | None = None,
+        abort: bool = False,
+    ) -> Any:
+        body, headers = request
+        seconds = self.args.seconds if seconds is None else seconds
+        more = {"abort_ms": BOUND_MS} if abort else {}
+        result = self.load.run(
+            op="http", url=url, body=body, headers=headers, rate=rate, seconds=seconds, warmup=1.0, **more
+        )
+        self.settle(url, request)
+        shown(result)
+        return result
+
+    def mqtt_probe(self, url: str, port: int, topic: str, request: tuple[str, dict[str, str]], rate: float) -> Any:
+        body, headers = request
+        result = self.load.run(op="mqtt", port=port, topic=topic, body=body, content_type=headers["Content-Type"],
+                               rate=rate, seconds=self.args.seconds, warmup=1.0, abort_ms=BOUND_MS)  # fmt: skip
+        self.settle(url, request)
+        shown(result)
+        return result
+
+    def settle(self, url: str, request: tuple[str, dict[str, str]]) -> None:
+        """Let the server work off what a probe left queued before the next one (see serving_load.settle)."""
+        body, headers = request
+        settled = self.load.run(op="settle", url=url, body=body, headers=headers, within_ms=2 * BOUND_MS, timeout_s=60)
+        if not settled["settled"]:
+            print(f"    the server did not settle within {settled['waited_s']:.0f} s", flush=True)
+
+    def server(self, side: str, model: Model, mqtt_port: int | None = None) -> Server:
+        return Server(side, model, self.args.delay_ms, self.logs / f"{model.name}-{side}.log", mqtt_port)
+
+    def model(self, model: Model) -> dict[str, Any]:
+        args = self.args
+        alone = model_alone(model, 3.0)
+        ceiling = alone["async_fps"]
+        print(f"\n{model.title}: alone {alone}", flush=True)
+        run = [] if args.no_http else args.sides
+        sides: dict[str, dict[str, Any]] = {s: {"capacity": [], "probes": [], "curve": []} for s in run}
+        request = model.tensor_request()
+        for round_ in range(args.rounds):
+            for side in run if round_ % 2 == 0 else reversed(run):
+                record = sides[side]
+                print(f"  round {round_ + 1} {side} (load average {load_average():.2f})", flush=True)
+                server = self.server(side, model)
+                try:
+                    self.http(server.url, request, 0.4 * args.top * ceiling, 2.0)  # warm-up: batch shapes, JIT
+                    if round_ == 0:
+                        one = self.load.run(op="one_at_a_time", url=server.url, body=request[0],
+                                            headers=request[1], count=args.one_count, warmup=30)  # fmt: skip
+                        record["one_at_a_time_ms"] = one
+                        for fraction in args.curve:
+                            record["curve"].append(self.http(server.url, request, fraction * ceiling))
+                    probe = partial(self.http, server.url, request, abort=True)
+                    found = capacity(probe, record["capacity"], ceiling, record["probes"], args.floor, args.top)
+                    record["capacity"].append(found)
+                    print(f"    capacity {found:.0f}/s", flush=True)
+                finally:
+                    server.stop()
+        for record in sides.values():
+            record["median_capacity"] = statistics.median(record["capacity"])
+        result: dict[str, Any] = {"model": model.title, "alone": alone, "max_batch_size": model.max_batch_size,
+                                  "why_unbatched": model.why_unbatched, "sides": sides}  # fmt: skip
+        if args.mqtt_rounds:
+            result["mqtt"] = self.mqtt(model, ceiling)
+        return result
+
+    def mqtt(self, model: Model, ceiling: float) -> dict[str, Any]:
+        """MQTT against HTTP on one edge server, the same JPEG body, capacities searched alternately; for
+        edge+nodelay, the broker runs with set_tcp_nodelay and the server's MQTT socket with TCP_NODELAY."""
+        from broker import Mosquitto  # type: ignore[import-not-found, unused-ignore]
+
+        args = self.args
+        body, headers = model.image_request()
+        routes: dict[str, dict[str, Any]] = {}
+        for side in args.mqtt_sides:
+            options = ["set_tcp_nodelay true"] if side == "edge+nodelay" else []
+            with tempfile.TemporaryDirectory() as scratch, Mosquitto(Path(scratch), listener_options=options) as broker:
+                server = self.server(side, model, broker.port)
+                topic = f"edge/bench-box/infer/{model.name}"
+                try:
+                    self.http(server.url, (body, headers), 0.2 * args.top * ceiling, 2.0)
+                    probes: dict[str, Probe] = {
+                        "http": partial(self.http, server.url, (body, headers), abort=True),
+                        "mqtt": partial(self.mqtt_probe, server.url, broker.port, topic, (body, headers)),
+                    }
+                    for route in probes:
+                        routes[f"{side} {route}"] = {"capacity": [], "probes": []}
+                    for round_ in range(args.mqtt_rounds):
+                        for route in ("http", "mqtt") if round_ % 2 == 0 else ("mqtt", "http"):
+                            record = routes[f"{side} {route}"]
+                            found = capacity(
+                                probes[route], record["capacity"], ceiling, record["probes"], args.floor, args.top
+                            )
+                            record["capacity"].append(found)
+                            print(f"  MQTT part, {side}, round {round_ + 1}, {route}: {found:.0f}/s", flush=True)
+                finally:
+                    server.stop()
+        for record in routes.values():
+            record["median_capacity"] = statistics.median(record["capacity"])
+        return routes
+
+
+# -- the report ---------------------------------------------------------------------------------------
+
+
+def at_capacity(probes: list[dict[str, Any]], rate: float) -> dict[str, Any] | None:
+    """The passing probe at `rate` (the capacity a round found), for its p50/p99."""
+    return next((p for p in reversed(probes) if passes(p) and abs(p["offered"] - rate) < 1e-6), None)
+
+
+def ratio(ours: float, theirs: float) -> str:
+    return f"{ours / theirs:.2f}" if theirs > 0 else "no capacity to compare"
+
+
+def report(everything: list[dict[str, Any]], sides: list[str]) -> str:
+    results = [result for result in everything if result["sides"]]
+    lines = ["### Capacity at p99 ≤ 50 ms (requests/s, median of rounds; rounds in brackets)", ""]
+    ratios = [other for other in ("triton", "naive") if "edge" in sides and other in sides]
+    lines += ["| model | " + " | ".join(sides + [f"edge/{other}" for other in ratios]) + " |"]
+    lines += ["|---" * (len(sides) + len(ratios) + 1) + "|"]
+    for result in results:
+        s = result["sides"]
+        cells = [f"**{s[x]['median_capacity']:.0f}** ({' '.join(f'{c:.0f}' for c in s[x]['capacity'])})" for x in sides]
+        cells += [ratio(s["edge"]["median_capacity"], s[o]["median_capacity"]) for o in ratios]
+        lines.append(f"| {result['model']} | " + " | ".join(cells) + " |")
+    lines += ["", "### p50 / p99 latency (ms) against offered load (round 1; achieved rate where under 95%)", ""]
+    for result in results:
+        lines += [f"{result['model']}, the model alone: {result['alone']['async_fps']:.0f} inferences/s", ""]
+        lines += ["| offered /s | " + " | ".join(sides) + " |", "|---" * (len(sides) + 1) + "|"]
+        curves = [result["sides"][x]["curve"] for x in sides]
+        for points in zip(*curves, strict=True):
+            cells = []
+            for point in points:
+                shown = f"{point['p50']:.1f} / {point['p99']:.1f}" if point["p99"] is not None else "no answers"
+                if point["achieved"] < 0.95 * point["offered"]:
+                    shown += f" (achieved {point['achieved']:.0f})"
+                cells.append(shown)
+            lines.append(f"| {points[0]['offered']:.0f} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["### One request at a time: median latency (ms)", ""]
+    lines += ["| model | synchronous, as served | synchronous, latency hint | " + " | ".join(sides) + " |"]
+    lines += ["|---" * (len(sides) + 3) + "|"]
+    for result in results:
+        alone = result["alone"]
+        cells = [f"{result['sides'][x]['one_at_a_time_ms']['median']:.2f}" for x in sides]
+        first = f"| {result['model']} | {alone['sync_served_ms']:.2f} | {alone['sync_latency_hint_ms']:.2f} | "
+        lines.append(first + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "### MQTT 5 request/response beside HTTP, edge_runtime, the same JPEG body (capacity at p99 ≤ 50 ms)",
+        "",
+    ]
+    lines += ["| model | server | HTTP /s | p50 / p99 ms | MQTT /s | p50 / p99 ms |", "|---|---|---|---|---|---|"]
+    for result in everything:
+        sides_done = sorted({route.split()[0] for route in result.get("mqtt", {})})
+        for side in sides_done:
+            cells = []
+            for route in ("http", "mqtt"):
+                record = result["mqtt"][f"{side} {route}"]
+                probe = at_capacity(record["probes"], record["capacity"][-1])
+                latency = f"{probe['p50']:.1f} / {probe['p99']:.1f}" if probe else "-"
+                cells += [
+                    f"{record['median_capacity']:.0f} ({' '.join(f'{c:.0f}' for c in record['capacity'])})",
+                    latency,
+                ]
+            lines.append(f"| {result['model']} | {side} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per probe (after 1 s warm-up)")
+    parser.add_argument("--models", nargs="+", default=["mobilenet_v2", "face"], choices=["mobilenet_v2", "face"])
+    parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=SIDES)
+    parser.add_argument("--delay-ms", type=float, default=2.0, help="max_queue_delay_ms, for edge and Triton")
+    parser.add_argument("--curve", type=float, nargs="+", default=[0.25, 0.5, 0.75, 1.0],
+                        help="offered loads, as fractions of the model's own async throughput")  # fmt: skip
+    parser.add_argument("--one-count", type=int, default=200, help="requests one at a time")
+    parser.add_argument("--mqtt-rounds", type=int, default=2, help="0 skips the MQTT part")
+    parser.add_argument("--mqtt-sides", nargs="+", default=["edge", "edge+nodelay"], choices=["edge", "edge+nodelay"])
+    parser.add_argument("--floor", type=float, default=0.1, help="where the search gives up, × the model's throughput")
+    parser.add_argument("--top", type=float, default=1.5, help="where the search starts, × the model's throughput")
+    parser.add_argument("--no-http", action="store_true", help="only the MQTT part")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round, short probes, few steps")
+    parser.add_argument("--json", type=Path, default=RESULTS / "serving.json")
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the servers are stopped on the way out
+    if args.quick:
+        args.rounds, args.seconds, args.curve, args.one_count, args.mqtt_rounds = 1, 1.5, [0.5], 50, 1
+    logs = RESULTS / "serving-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    bench = Bench(args, logs)
+    try:
+        results = []
+        for model in bench_models(args.models):
+            model.write_requests()
+            results.append(bench.model(model))
+    finally:
+        bench.load.close()
+    args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1))
+    print("\n" + report(results, args.sides))
+    print(f"\n{time.monotonic() - started:.0f} s; results in {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+"""What `serving.py` runs its measurements with: the bench's venv, the models and their requests, the
+server processes, the load generator process, and the model's own latency and throughput in-process.
+
+Each server and the load generator are processes of their own (the generator never shares an
+interpreter, nor a GIL, with a server); a server runs in its own session, so stopping it stops what it
+started too (Triton's server and its Python backend stubs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import IO, Any
+
+import cv2
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+CACHE = BENCH / ".cache" / "serving"
+VENV = BENCH / ".cache" / "triton-venv"
+PYTRITON = "nvidia-pytriton==0.5.14"  # embeds Triton Inference Server 2.51.0
+HOST = "127.0.0.1"
+
+
+def venv_python() -> Path:
+    """The bench's own venv (PyTriton pins numpy and tritonclient versions of its own), made on first use."""
+    python = VENV / "bin" / "python"
+    stamp = VENV / ".serving-stamp"
+    wanted = f"{PYTRITON} openvino=={version('openvino')} fastapi uvicorn hdrhistogram aiohttp paho-mqtt"
+    if stamp.is_file() and stamp.read_text() == wanted:
+        return python
+    print(f"setting up {VENV} (once): {wanted}", flush=True)
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", str(VENV)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *wanted.split()], check=True)
+    stamp.write_text(wanted)
+    return python
+
+
+def libpython_dir() -> str:
+    """Where the Python's shared library lies: Triton's Python backend stub links against it."""
+    return str(sysconfig.get_config_var("LIBDIR"))
+
+
+def free_port(span: int = 1) -> int:
+    """A port with `span` free ports from it (Triton takes HTTP, gRPC and metrics ports in a row)."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind((HOST, 0))
+            port = int(probe.getsockname()[1])
+        if port + span < 65536 and all(_free(port + i) for i in range(1, span)):
+            return port
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+# -- the models and their requests ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    title: str
+    package: Path
+    max_batch_size: int  # 0: requests are not joined (the graph folds the batch into another dimension)
+    why_unbatched: str = ""
+
+    @property
+    def xml(self) -> Path:
+        return self.package / "openvino" / "fp32" / "model.xml"
+
+    def write_requests(self) -> None:
+        """Request bodies in CACHE: binary tensor requests (`<name>.tensor`) and a JPEG (`<name>.jpeg`)."""
+        import openvino as ov
+
+        port = ov.Core().read_model(str(self.xml)).inputs[0]
+        shape = [int(d) for d in port.get_shape()]
+        array = np.random.default_rng(0).random(shape, dtype=np.float32)
+        header = {
+            "inputs": [{"name": port.get_any_name(), "shape": shape, "datatype": "FP32",
+                        "parameters": {"binary_data_size": array.nbytes}}],
+            "parameters": {"binary_data_output": True},
+        }  # fmt: skip
+        head = json.dumps(header).encode()
+        CACHE.mkdir(parents=True, exist_ok=True)
+        (CACHE / f"{self.name}.tensor").write_bytes(head + array.tobytes())
+        (CACHE / f"{self.name}.tensor.json").write_text(json.dumps({"header_length": len(head)}))
+        from models import camera_frame
+
+        ok, jpeg = cv2.imencode(".jpg", camera_frame(), [cv2.IMWRITE_JPEG_QUALITY, 90])
+        assert ok
+        (CACHE / f"{self.name}.jpeg").write_bytes(jpeg.tobytes())
+
+    def tensor_request(self) -> tuple[str, dict[str, str]]:
+        length = json.loads((CACHE / f"{self.name}.tensor.json").read_text())["header_length"]
+        headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(length)}
+        return str(CACHE / f"{self.name}.tensor"), headers
+
+    def image_request(self) -> tuple[str, dict[str, str]]:
+        return str(CACHE / f"{self.name}.jpeg"), {"Content-Type": "image/jpeg"}
+
+
+def bench_models(names: list[str]) -> list[Model]:
+    from models import FACE_PACKAGE, mobilenet_v2_package
+
+    found = []
+    if "mobilenet_v2" in names:
+        package = CACHE / "mobilenet_v2"
+        if not (package / "openvino" / "fp32" / "model.xml").is_file():
+            mobilenet_v2_package(package)
+        found.append(Model("mobilenet_v2", "MobileNetV2 1.0 (224×224 fp32, seeded weights)", package, 8))
+    if "face" in names:
+        why = "its outputs fold the batch into their second dimension ([1, 896·N, 16])"
+        found.append(Model("face", "face_detection_short_range (128×128 fp32)", FACE_PACKAGE, 0, why))
+    return found
+
+
+# -- processes -----------------------------------------------------------------------------------------
+
+
+class Server:
+    """One side's server process, ready to answer once constructed; `stop` ends its whole session."""
+
+    def __init__(self, side: str, model: Model, delay_ms: float, log: Path, mqtt_port: int | None = None) -> None:
+        self.side = side
+        self.port = free_port(3)
+        env = dict(os.environ)
+        if side.startswith("edge"):
+            python, env["PYTHONPATH"] = sys.executable, str(REPO)
+            where = ["--package", str(model.package)]
+        else:
+            python, env["LD_LIBRARY_PATH"] = str(venv_python()), libpython_dir()
+            where = ["--xml", str(model.xml)]
+        command = [python, str(BENCH / "serving_servers.py"), side.split("+")[0], "--name", model.name, *where]
+        command += [
+            "--port",
+            str(self.port),
+            "--max-batch-size",
+            str(model.max_batch_size),
+            "--delay-ms",
+            str(delay_ms),
+        ]
+        if side == "edge+nodelay":
+            command.append("--nodelay")
+        if mqtt_port is not None:
+            command += ["--mqtt-port", str(mqtt_port)]
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self.url = f"http://{HOST}:{self.port}/v2/models/{model.name}/infer"
+        self.ready_url = f"http://{HOST}:{self.port}/v2/models/{model.name}/ready"
+        deadline = time.monotonic() + 90
+        try:
+            while not self._ready():
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the {side} server did not start; see {log}")
+                time.sleep(0.2)
+        except BaseException:
+            self.stop()  # also when the bench itself is stopped meanwhile
+            raise
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.ready_url, timeout=1) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        for sig, wait in ((signal.SIGTERM, 8), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.process.wait(wait)
+                os.killpg(self.process.pid, 0)  # children of the session may outlive its leader
+                time.sleep(0.5)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                pass
+
+
+class LoadGenerator:
+    """`serving_load.py` in the bench's venv: one command in, one JSON answer out."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [str(venv_python()), str(BENCH / "serving_load.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self, **command: Any) -> dict[str, Any]:
+        stdin: IO[str] | None = self.process.stdin
+        stdout: IO[str] | None = self.process.stdout
+        assert stdin is not None and stdout is not None
+        stdin.write(json.dumps(command) + "\n")
+        stdin.flush()
+        line = stdout.readline()
+        if not line:
+            raise SystemExit(f"the load generator ended (exit {self.process.wait()})")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(10)
+
+
+# -- the model on its own ------------------------------------------------------------------------------
+
+
+def model_alone(model: Model, seconds: float) -> dict[str, float]:
+    """Median synchronous latency of one request (ms), compiled as the servers compile it and under the
+    latency hint, on the same input; and the throughput (inferences/s) of OpenVINO's async queue."""
+    import openvino as ov
+
+    core = ov.Core()
+    ir = core.read_model(str(model.xml))
+    array = np.random.default_rng(0).random([int(d) for d in ir.inputs[0].get_shape()], dtype=np.float32)
+    if model.max_batch_size > 0:
+        ir.reshape({port: ov.PartialShape([ov.Dimension(), *list(port.get_partial_shape())[1:]]) for port in ir.inputs})
+    f32 = {"INFERENCE_PRECISION_HINT": "f32"}
+    result = {}
+    for name, hint in (("sync_served_ms", "THROUGHPUT"), ("sync_latency_hint_ms", "LATENCY")):
+        request = core.compile_model(ir, "CPU", {"PERFORMANCE_HINT": hint, **f32}).create_infer_request()
+        for _ in range(30):
+            request.infer([array])
+        times = []
+        for _ in range(300):
+            started = time.perf_counter()
+            request.infer([array])
+            times.append((time.perf_counter() - started) * 1000)
+        result[name] = statistics.median(times)
+    compiled = core.compile_model(ir, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT", **f32})
+    queue = ov.AsyncInferQueue(compiled, int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+    done, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for _ in range(64):
+            queue.start_async([array])
+        queue.wait_all()
+        done += 64
+    result["async_fps"] = done / (time.perf_counter() - started)
+    return result
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]
