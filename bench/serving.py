@@ -2,7 +2,6 @@
 
 Sides (see serving_servers.py), each its own process on a loopback port:
 - edge: edge_runtime's `Serving` (Open Inference Protocol over Starlette/uvicorn, Triton's batching rule);
-- edge+nodelay: the same with TCP_NODELAY set on its listening socket (a diagnosis, not what ships);
 - triton: PyTriton 0.5.14, i.e. Triton 2.51's C++ HTTP frontend and dynamic batcher, calling OpenVINO
   from a Python callable, one model instance per infer request OpenVINO plans;
 - naive: FastAPI + uvicorn calling the compiled model once per request.
@@ -24,7 +23,8 @@ cores with the server, as on any single box. Measured per model:
 - one at a time: closed loop, concurrency 1, median latency; against the model's synchronous latency
   in-process, compiled as the servers compile it and under the latency hint.
 - MQTT: edge's MQTT 5 request/response (Response Topic, Correlation Data) through a Mosquitto started
-  here, against its HTTP route with the same JPEG body; capacity at the same bound, alternating.
+  here with `set_tcp_nodelay true` (as the README advises for request/response), against its HTTP route
+  with the same JPEG body; capacity at the same bound, alternating.
 
 Goals: edge ≥ 1.0× Triton's capacity, ≥ 2× the naive server's; one at a time, median ≤ the model's
 synchronous latency + 1 ms. Results: bench/results/serving.json; logs of the servers: bench/results/serving-logs/.
@@ -55,7 +55,7 @@ sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
 
 from serving_harness import LoadGenerator, Model, Server, bench_models, load_average, model_alone  # noqa: E402
 
-SIDES = ("edge", "triton", "naive", "edge+nodelay")
+SIDES = ("edge", "triton", "naive")
 BOUND_MS = 50.0
 RESULTS = BENCH / "results"
 Probe = Callable[[float], dict[str, Any]]
@@ -192,15 +192,14 @@ class Bench:
         return result
 
     def mqtt(self, model: Model, ceiling: float) -> dict[str, Any]:
-        """MQTT against HTTP on one edge server, the same JPEG body, capacities searched alternately; for
-        edge+nodelay, the broker runs with set_tcp_nodelay and the server's MQTT socket with TCP_NODELAY."""
+        """MQTT against HTTP on one edge server, the same JPEG body, capacities searched alternately."""
         from broker import Mosquitto  # type: ignore[import-not-found, unused-ignore]
 
         args = self.args
         body, headers = model.image_request()
         routes: dict[str, dict[str, Any]] = {}
-        for side in args.mqtt_sides:
-            options = ["set_tcp_nodelay true"] if side == "edge+nodelay" else []
+        for side in ("edge",):
+            options = ["set_tcp_nodelay true"]  # the broker answers at once too, as request/response wants
             with tempfile.TemporaryDirectory() as scratch, Mosquitto(Path(scratch), listener_options=options) as broker:
                 server = self.server(side, model, broker.port)
                 topic = f"edge/bench-box/infer/{model.name}"
@@ -305,7 +304,6 @@ def main() -> None:
                         help="offered loads, as fractions of the model's own async throughput")  # fmt: skip
     parser.add_argument("--one-count", type=int, default=200, help="requests one at a time")
     parser.add_argument("--mqtt-rounds", type=int, default=2, help="0 skips the MQTT part")
-    parser.add_argument("--mqtt-sides", nargs="+", default=["edge", "edge+nodelay"], choices=["edge", "edge+nodelay"])
     parser.add_argument("--floor", type=float, default=0.1, help="where the search gives up, × the model's throughput")
     parser.add_argument("--top", type=float, default=1.5, help="where the search starts, × the model's throughput")
     parser.add_argument("--no-http", action="store_true", help="only the MQTT part")

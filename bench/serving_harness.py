@@ -150,7 +150,7 @@ class Server:
         else:
             python, env["LD_LIBRARY_PATH"] = str(venv_python()), libpython_dir()
             where = ["--xml", str(model.xml)]
-        command = [python, str(BENCH / "serving_servers.py"), side.split("+")[0], "--name", model.name, *where]
+        command = [python, str(BENCH / "serving_servers.py"), side, "--name", model.name, *where]
         command += [
             "--port",
             str(self.port),
@@ -159,8 +159,6 @@ class Server:
             "--delay-ms",
             str(delay_ms),
         ]
-        if side == "edge+nodelay":
-            command.append("--nodelay")
         if mqtt_port is not None:
             command += ["--mqtt-port", str(mqtt_port)]
         with log.open("ab") as out:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -87,15 +86,6 @@ def serve_edge(args: argparse.Namespace) -> None:
     if args.mqtt_port is not None:
         connection = MqttConnection(MqttSettings(host=HOST, port=args.mqtt_port), args.device_id)
         topics = Topics("edge", args.device_id)
-        if args.nodelay:
-            mqtt = connection
-
-            def no_nagle(_count: int) -> None:
-                sock = mqtt._client.socket()
-                if isinstance(sock, socket.socket):
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            connection.add_connect_listener(no_nagle)
         connection.start()
         if not connection.wait_connected(10):
             raise SystemExit(f"no connection to the broker on port {args.mqtt_port}")
@@ -104,9 +94,6 @@ def serve_edge(args: argparse.Namespace) -> None:
         pool = ModelPool(look_at_box(), root / "state", root / "cache")
         serving = Serving(settings, args.device_id, pool, root / "config.yaml", connection, topics)
         serving.start()
-        if args.nodelay and serving._socket is not None:
-            # Accepted connections inherit the listening socket's TCP_NODELAY on Linux.
-            serving._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         wait_ready(args.port, args.name)
         until_terminated()
         serving.stop()
@@ -204,7 +191,6 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=2.0)
     parser.add_argument("--mqtt-port", type=int, help="edge: also answer MQTT requests via this broker")
     parser.add_argument("--device-id", default="bench-box")
-    parser.add_argument("--nodelay", action="store_true", help="edge: TCP_NODELAY on its HTTP and MQTT connections")
     args = parser.parse_args()
     {"edge": serve_edge, "triton": serve_triton, "naive": serve_naive}[args.side](args)
 

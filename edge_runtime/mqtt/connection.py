@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import ssl
 import sys
 import threading
@@ -258,6 +259,8 @@ class MqttConnection:
             self.last_error = refusal
             return
         client.drop_out_messages()  # the publisher re-sends from its spool, at its own pace
+        if isinstance(sock := client.socket(), socket.socket):  # an answer must not wait for a delayed ACK
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._acks is not None:
             self._acks.new_session()
         self.receive_maximum = getattr(properties, "ReceiveMaximum", None)
