@@ -62,9 +62,11 @@ def _check_trust(config: DaemonConfig) -> list[Problem]:
 
 def _check_signatures(config: DaemonConfig, already: set[FieldPath | None]) -> list[Problem]:
     """The check `run` makes before loading each model, for the models not already found wanting."""
+    from edge_runtime.package.store import ModelStore
     from edge_runtime.package.trust import TrustPolicy
 
     policy = TrustPolicy.from_settings(config.trust, config.state_dir)
+    store = ModelStore(config.state_dir)  # a release a rollout made active is what `run` loads, and checks
     models: list[tuple[FieldPath, str, Path]] = [
         (("pipelines", index, "model", "path"), f"pipeline '{pipeline.name}'", pipeline.model.path)
         for index, pipeline in enumerate(config.pipelines)
@@ -80,7 +82,7 @@ def _check_signatures(config: DaemonConfig, already: set[FieldPath | None]) -> l
         if where in already:
             continue
         try:
-            policy.check(path)
+            policy.check(store.resolve(path))
         except EdgeRuntimeError as error:
             problems.append(Problem(where, f"{label}: {error}"))
     return problems

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from edge_runtime.durable import replace_file, sync_directory
 from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.package.manifest import MANIFEST_NAME, read_manifest
 
 __all__ = ["Installed", "ModelStore"]
 
@@ -60,6 +61,18 @@ class ModelStore:
         staged.rename(target)
         sync_directory(target.parent)
         return Installed(package, release, target)
+
+    def resolve(self, path: Path) -> Path:
+        """The package at `path`, or the release of it made active here; a path inside the store names a
+        release on purpose (a rollout trying it) and is taken as it is."""
+        manifest = path / MANIFEST_NAME
+        if not manifest.is_file() or path.resolve().is_relative_to(self.root.resolve()):
+            return path  # a bare model file or nothing (loading says what is wrong), or a release itself
+        try:
+            active = self.active(read_manifest(manifest).name)
+        except EdgeRuntimeError:
+            return path  # a manifest that does not read: loading the package says why
+        return path if active is None else active.path
 
     def path(self, package: str, release: int) -> Path:
         return self._releases(package) / str(release)

@@ -17,7 +17,6 @@ from typing import Any
 from edge_runtime.backends import backend_class
 from edge_runtime.config import ModelConfig
 from edge_runtime.package.loader import open_package
-from edge_runtime.package.manifest import MANIFEST_NAME, read_manifest
 from edge_runtime.package.store import ModelStore
 from edge_runtime.package.trust import TrustPolicy
 from edge_runtime.placement.loading import Box, load_selected, select_for
@@ -98,16 +97,11 @@ class ModelPool:
         return shared.model
 
     def resolve(self, path: Path) -> Path:
-        """The package at `path`, or the release of it a rollout made active on this box.
-
-        A path inside the store names a release on purpose (a rollout trying it) and is taken as it is."""
-        if not (path / MANIFEST_NAME).is_file() or path.resolve().is_relative_to(self.store.root.resolve()):
-            return path  # a bare model file or nothing (loading says what is wrong), or a release itself
-        active = self.store.active(read_manifest(path / MANIFEST_NAME).name)
-        if active is None:
-            return path
-        log.info("package %s: release %d is active on this box (%s)", active.package, active.release, active.path)
-        return active.path
+        """The package at `path`, or the release of it a rollout made active on this box."""
+        resolved = self.store.resolve(path)
+        if resolved != path:
+            log.info("package at %s: release %s is active on this box", path, resolved.name)
+        return resolved
 
     def describe(self) -> list[dict[str, Any]]:
         """The models loaded now: package, version, variant, where they run, and who uses them."""

@@ -13,12 +13,12 @@ import cv2
 import numpy as np
 import pytest
 import yaml
+from commanding import DEVICE, RESULTS, Fleet, Operator, make_fleet
 from daemon_process import DaemonProcess
 from waiting import wait_for
 
 from edge_runtime.control.signed import sign_command
 from edge_runtime.package.signing import generate_keys
-from tests.control.commanding import DEVICE, RESULTS, Fleet, Operator, make_fleet
 
 
 @pytest.fixture(scope="module")

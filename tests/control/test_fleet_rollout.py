@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from commanding import PREFIX, Fleet, make_fleet, write_config
 from daemon_process import FACE_MODEL, DaemonProcess
+from live_rollout import signed_release
 
 from edge_runtime.package.archive import unpack
-from tests.control.commanding import PREFIX, Fleet, make_fleet, write_config
-from tests.rollout.live import signed_release
 
 BOXES = ("box-a", "box-b", "box-c")
 REPO = Path(__file__).resolve().parents[2]

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from commanding import PREFIX, Fleet, Operator, make_fleet, stalling_url, write_config
 from daemon_process import FACE_MODEL, DaemonProcess
+from live_rollout import signed_release
 from waiting import wait_for
 
 from edge_runtime.control.signed import sign_command
 from edge_runtime.package.archive import unpack
-from tests.control.commanding import PREFIX, Fleet, Operator, make_fleet, stalling_url, write_config
-from tests.rollout.live import signed_release
 
 
 @pytest.fixture(scope="module")

@@ -55,3 +55,13 @@ def test_a_half_unpacked_staging_area_is_cleared_at_start(tmp_path: Path, face_p
 def test_package_names_cannot_reach_outside_the_store(tmp_path: Path, name: str) -> None:
     with pytest.raises(EdgeRuntimeError, match="is no package name"):
         ModelStore(tmp_path).active(name)
+
+
+def test_resolve_gives_the_active_release_of_a_configured_package(tmp_path: Path, face_package_dir: Path) -> None:
+    store = ModelStore(tmp_path)
+    assert store.resolve(face_package_dir) == face_package_dir  # nothing active: the config's own package
+    installed = store.install("face_detection_short_range", 7, staged(store, "r-7", face_package_dir))
+    store.activate("face_detection_short_range", 7)
+    assert store.resolve(face_package_dir) == installed.path
+    assert store.resolve(installed.path) == installed.path  # a release named on purpose stays itself
+    assert store.resolve(tmp_path / "model.onnx") == tmp_path / "model.onnx"  # a bare file: nothing to resolve

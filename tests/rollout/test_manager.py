@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from live_rollout import Camera, CountingSink, signed_release
 
 from edge_runtime.config.rollout import RolloutSettings
 from edge_runtime.config.schema import PipelineConfig
@@ -28,7 +29,6 @@ from edge_runtime.placement.loading import look_at_box
 from edge_runtime.placement.model_pool import ModelPool
 from edge_runtime.rollout.manager import RolloutHost, RolloutRequest, Rollouts
 from edge_runtime.rollout.state import RolloutRecord, Stage
-from tests.rollout.live import Camera, CountingSink, signed_release
 
 TOPICS = Topics("edge", "box")
 # The latency bound is loose here: these tests are about the steps, on a machine whose other work moves

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from live_rollout import Camera
 
 from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.base import Decoder
@@ -20,7 +21,6 @@ from edge_runtime.pipeline.outputs import PublishPolicy
 from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.model import LoadedModel, load_model
 from edge_runtime.rollout.probation import ProbationLimits, watch
-from tests.rollout.live import Camera
 
 
 class SlowDecoder:

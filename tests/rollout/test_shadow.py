@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from live_rollout import Camera, CountingSink, decoder_of
 
 from edge_runtime.decoders import make_decoder
 from edge_runtime.mqtt.topics import Topics
@@ -18,7 +19,6 @@ from edge_runtime.pipeline.outputs import PublishPolicy
 from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.model import LoadedModel, load_model
 from edge_runtime.rollout.shadow import ShadowLimits, run_shadow
-from tests.rollout.live import Camera, CountingSink, decoder_of
 
 
 @pytest.fixture(scope="module")

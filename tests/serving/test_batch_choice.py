@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from model_builders import build_tiny_classifier_onnx
 from onnx import TensorProto, helper
 
 from edge_runtime.package.loader import open_package
@@ -25,7 +26,6 @@ from edge_runtime.serving.batch_choice import (
     fixed_batch,
 )
 from edge_runtime.serving.service import Serving
-from tests.model_builders import build_tiny_classifier_onnx
 
 StartServing = Callable[..., Serving]
 

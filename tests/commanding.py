@@ -20,6 +20,7 @@ import paho.mqtt.client as paho
 import yaml
 from broker import Mosquitto
 from daemon_process import FACE_MODEL, write_clip
+from live_rollout import signed_release
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -28,7 +29,6 @@ from edge_runtime.control.signed import sign_command
 from edge_runtime.package.archive import unpack
 from edge_runtime.package.loader import sha256_of
 from edge_runtime.package.signing import generate_keys
-from tests.rollout.live import signed_release
 
 DEVICE = "gate-3"
 PREFIX = "edge"
