@@ -96,6 +96,7 @@ class Rollouts:
         self.store: ModelStore = host.pool.store
         self._lock = threading.Lock()
         self._running: tuple[RolloutRecord, threading.Thread, threading.Event] | None = None
+        self._latest: RolloutRecord | None = None  # the newest record published, for the stats report
 
     # -- start-up -------------------------------------------------------------------------------------
 
@@ -169,11 +170,13 @@ class Rollouts:
         return [record.to_dict() for record in self.journal.records()[-RECENT:]]
 
     def latest(self) -> dict[str, Any] | None:
-        """The most recent rollout in brief, for the stats report: id, package, release, stage, reason."""
-        records = self.journal.records()
-        if not records:
+        """The most recent rollout in brief, for the stats report: id, package, release, stage, reason.
+
+        Kept in memory as it is published (`recover` publishes the recent ones, newest last), so the report
+        reads no file each interval."""
+        last = self._latest
+        if last is None:
             return None
-        last = records[-1]
         return {
             "rollout_id": last.rollout_id,
             "package": last.package,
@@ -217,11 +220,7 @@ class Rollouts:
             signed = self._verify(unpacked, request)
         except EdgeRuntimeError as error:
             raise _RolledBack(str(error)) from None
-        active = self.store.active(record.package)
-        record = self._advance(
-            record, Stage.VERIFIED, f"release {signed.release} signed by key {signed.key_id}",
-            release=signed.release, version=signed.version, previous_release=active.release if active else None,
-        )  # fmt: skip
+        record = self._verified(record, signed, f"release {signed.release}")
         installed = self.store.install(record.package, signed.release, unpacked)
         shutil.rmtree(staging, ignore_errors=True)
         return self._advance(record, Stage.STAGED, str(installed.path))
@@ -232,12 +231,16 @@ class Rollouts:
             signed = self._verify(self.store.path(record.package, request.downgrade_to), request)
         except EdgeRuntimeError as error:
             raise _RolledBack(str(error)) from None
+        record = self._verified(record, signed, f"installed release {signed.release}")
+        return self._advance(record, Stage.STAGED, "installed already")
+
+    def _verified(self, record: RolloutRecord, signed: SignedRelease, what: str) -> RolloutRecord:
+        """The record at `verified`, naming the release and the one it replaces (for a rollback)."""
         active = self.store.active(record.package)
-        record = self._advance(
-            record, Stage.VERIFIED, f"installed release {signed.release}, signed by key {signed.key_id}",
+        return self._advance(
+            record, Stage.VERIFIED, f"{what}, signed by key {signed.key_id}",
             release=signed.release, version=signed.version, previous_release=active.release if active else None,
         )  # fmt: skip
-        return self._advance(record, Stage.STAGED, "installed already")
 
     def _verify(self, unpacked: Path, request: RolloutRequest) -> SignedRelease:
         assert self.trust is not None
@@ -383,5 +386,6 @@ class Rollouts:
         return self._publish(record)
 
     def _publish(self, record: RolloutRecord) -> RolloutRecord:
+        self._latest = record
         self.host.publish(self.host.topics.rollout(record.rollout_id), json.dumps(record.to_dict()).encode())
         return record
