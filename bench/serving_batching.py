@@ -77,9 +77,6 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="least time per phase of a round")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    import edge_runtime.serving.batch_choice as batch_choice
-
-    batch_choice.ROUNDS, batch_choice.PHASE_SECONDS = args.rounds, args.seconds
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         packages = {"mobilenet_v2": mobilenet_package(Path(scratch) / "mobilenet_v2"), "face": FACE_PACKAGE}
@@ -92,7 +89,7 @@ def main() -> None:
                     if problem is not None:
                         rows.append({"model": name, "backend": backend, "batch": size, "problem": problem})
                         continue
-                    measured = measure_throughputs(model, size)
+                    measured = measure_throughputs(model, size, args.rounds, args.seconds)
                     rows.append({"model": name, "backend": backend, "batch": size, **asdict(measured),
                                  "ratio": measured.ratio, "chosen": measured.ratio >= BATCH_MARGIN})  # fmt: skip
             finally:

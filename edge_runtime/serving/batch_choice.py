@@ -159,15 +159,18 @@ def batch_problem(model: LoadedModel) -> str | None:
     return None
 
 
-def measure_throughputs(model: LoadedModel, batch: int) -> Throughputs:
-    """Samples per second through the model's async runner kept full, batched and single, alternately."""
+def measure_throughputs(
+    model: LoadedModel, batch: int, rounds: int = ROUNDS, seconds: float = PHASE_SECONDS
+) -> Throughputs:
+    """Samples per second through the model's async runner kept full, batched and single, alternately:
+    `rounds` of each, every phase at least `seconds` long."""
     rng = np.random.default_rng(0)
     single = _sample(model.inputs, rng)
     batched = [np.concatenate([array] * batch) for array in single]
     rates: dict[int, list[float]] = {1: [], batch: []}
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for size, inputs in ((1, single), (batch, batched)):
-            rates[size].append(_samples_per_second(model, inputs, size))
+            rates[size].append(_samples_per_second(model, inputs, size, seconds))
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     measured = Throughputs(batch, statistics.median(rates[batch]), statistics.median(rates[1]), now)
     log.info(
@@ -190,7 +193,7 @@ def _throughputs(entry: dict[str, Any]) -> Throughputs | None:
         return None
 
 
-def _samples_per_second(model: LoadedModel, inputs: list[np.ndarray], size: int) -> float:
+def _samples_per_second(model: LoadedModel, inputs: list[np.ndarray], size: int, seconds: float) -> float:
     finished = 0
     failure: list[BaseException] = []
     lock = threading.Lock()
@@ -210,7 +213,7 @@ def _samples_per_second(model: LoadedModel, inputs: list[np.ndarray], size: int)
     try:
         started = time.perf_counter()
         submitted = 0
-        while time.perf_counter() - started < PHASE_SECONDS or submitted < PHASE_MIN_BATCHES:
+        while time.perf_counter() - started < seconds or submitted < PHASE_MIN_BATCHES:
             with lock:
                 in_flight += 1
             runner.submit(inputs, None)  # blocks while the runner is full
