@@ -196,10 +196,11 @@ class Pipeline:
         assert self._runner is not None
         try:
             while not self._stop.is_set():
-                with self._swap_lock:
-                    swap, self._swap = self._swap, None
-                if swap is not None:
-                    self._take_swap(swap)
+                if self._swap is not None:  # read without the lock on every item; taken under it
+                    with self._swap_lock:
+                        swap, self._swap = self._swap, None
+                    if swap is not None:
+                        self._take_swap(swap)
                 try:
                     item = self.source.read(timeout=0.5)
                 except EndOfSource:
