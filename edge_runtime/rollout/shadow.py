@@ -114,6 +114,8 @@ class _Shadow:
         self.model = model
         self.decoder = decoder
         self._preprocess = preprocessor_for(spec, model.inputs[0])
+        old = pipeline.model
+        self._old_preprocess = preprocessor_for(old.input_specs[0], old.inputs[0])
         self._items: queue.Queue[Item] = queue.Queue(maxsize=1)
         self.ran = 0
         self.skipped = 0
@@ -159,7 +161,7 @@ class _Shadow:
 
     def _time_old(self, data: np.ndarray) -> None:
         old = self.pipeline.model
-        tensor, _ = preprocessor_for(old.input_specs[0], old.inputs[0])(data)
+        tensor, _ = self._old_preprocess(data)
         started = time.perf_counter()
         try:
             old.infer([tensor])
