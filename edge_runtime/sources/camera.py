@@ -23,11 +23,12 @@ from urllib.parse import urlsplit
 
 import cv2
 
+from edge_runtime.backoff import Backoff
 from edge_runtime.errors import ConfigError
 from edge_runtime.sources.base import SourceContext
 from edge_runtime.sources.configs import CameraSourceConfig, FileSourceConfig, StreamSourceConfig, V4l2SourceConfig
 from edge_runtime.sources.frames import FrameSource
-from edge_runtime.sources.reconnect import Backoff, ConnectionMonitor, mask_url
+from edge_runtime.sources.reconnect import ConnectionMonitor, mask_url
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,8 @@ class CameraSource(FrameSource):
     # live inputs
 
     def _capture_live(self) -> None:
-        backoff = Backoff(self.config.reconnect)
+        reconnect = self.config.reconnect
+        backoff = Backoff(reconnect.initial_s, reconnect.max_s, reconnect.jitter)
         while not self.stopping:
             capture = self._open_live()
             if not capture.isOpened():

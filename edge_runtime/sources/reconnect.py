@@ -1,21 +1,20 @@
-"""Reconnecting after outages: backoff timing, outage bookkeeping and URLs safe to log.
+"""Reconnecting after outages: outage bookkeeping and URLs safe to log.
 
 A camera that drops off the network must come back without anyone restarting the daemon, but a
 fleet of boxes retrying in lockstep can keep a recovering NVR down, hence the jittered backoff.
 Each outage is reported once, when it starts, and once more when it ends, so the log of a box
-whose camera is gone for a day holds two lines and not ten thousand.
+whose camera is gone for a day holds two lines and not ten thousand. The delays between attempts come
+from `edge_runtime.backoff`.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from edge_runtime.sources.base import SourceStats
-from edge_runtime.sources.configs import Reconnect
 
 log = logging.getLogger(__name__)
 
@@ -41,24 +40,6 @@ def mask_url(url: str) -> str:
             masked = [(key, MASK if key.lower() in _SECRET_QUERY_KEYS else value) for key, value in pairs]
             query = urlencode(masked, safe="*")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-class Backoff:
-    """Delays that double from `initial_s` up to `max_s`, each spread by ±`jitter` of itself."""
-
-    def __init__(self, settings: Reconnect, rng: random.Random | None = None) -> None:
-        self.settings = settings
-        self._attempt = 0
-        self._rng = rng or random.Random()
-
-    def next_delay(self) -> float:
-        base = min(self.settings.max_s, self.settings.initial_s * 2.0 ** min(self._attempt, 62))
-        self._attempt += 1
-        spread = self.settings.jitter * base
-        return max(0.0, base + self._rng.uniform(-spread, spread))
-
-    def reset(self) -> None:
-        self._attempt = 0
 
 
 class ConnectionMonitor:

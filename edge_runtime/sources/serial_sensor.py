@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from edge_runtime.backoff import Backoff
 from edge_runtime.errors import ConfigError
 from edge_runtime.sources.configs import SerialSourceConfig
-from edge_runtime.sources.reconnect import Backoff, ConnectionMonitor
+from edge_runtime.sources.reconnect import ConnectionMonitor
 from edge_runtime.sources.windowing import SensorSource, Windower
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,8 @@ class SerialSensor(SensorSource):
 
     def _run(self) -> None:
         serial = self._serial
-        backoff = Backoff(self.config.reconnect)
+        reconnect = self.config.reconnect
+        backoff = Backoff(reconnect.initial_s, reconnect.max_s, reconnect.jitter)
         while not self.closed:
             try:
                 port = serial.Serial(self.config.port, self.config.baudrate, timeout=_READ_TIMEOUT_S)

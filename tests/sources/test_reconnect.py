@@ -1,15 +1,13 @@
-"""Backoff timing, outage bookkeeping and password masking."""
+"""Outage bookkeeping and password masking."""
 
 from __future__ import annotations
 
 import logging
-import random
 
 import pytest
 
 from edge_runtime.sources.base import SourceStats
-from edge_runtime.sources.configs import Reconnect
-from edge_runtime.sources.reconnect import Backoff, ConnectionMonitor, mask_url
+from edge_runtime.sources.reconnect import ConnectionMonitor, mask_url
 
 
 @pytest.mark.parametrize(
@@ -24,21 +22,6 @@ from edge_runtime.sources.reconnect import Backoff, ConnectionMonitor, mask_url
 )
 def test_mask_url_hides_passwords(url: str, masked: str) -> None:
     assert mask_url(url) == masked
-
-
-def test_backoff_doubles_up_to_the_maximum_with_bounded_jitter() -> None:
-    backoff = Backoff(Reconnect(initial_s=1.0, max_s=8.0, jitter=0.2), random.Random(7))
-    delays = [backoff.next_delay() for _ in range(7)]
-    for delay, base in zip(delays, [1, 2, 4, 8, 8, 8, 8], strict=True):
-        assert 0.8 * base <= delay <= 1.2 * base
-    assert len(set(delays)) == len(delays), "jitter should spread the delays"
-    backoff.reset()
-    assert 0.8 <= backoff.next_delay() <= 1.2
-
-
-def test_backoff_without_jitter_is_exact() -> None:
-    backoff = Backoff(Reconnect(initial_s=0.5, max_s=3.0, jitter=0.0))
-    assert [backoff.next_delay() for _ in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
 
 
 def test_monitor_counts_each_outage_once_and_logs_it_once(caplog: pytest.LogCaptureFixture) -> None:
