@@ -231,6 +231,13 @@ class Mosquitto:
                 self._process.wait()
         self._process = None
 
+    def kill(self) -> None:
+        """SIGKILL: the broker dies as a crashed or powered-off node does, saying nothing to its clients."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self._process = None
+
     def restart(self) -> None:
         self.stop()
         self.start()

@@ -12,6 +12,13 @@ belong to `Publisher`, which keeps every QoS >= 1 message in its spool until the
 and paces the re-sends itself. A QoS >= 1 message sent with `publish` directly and not acknowledged before
 a disconnect is therefore forgotten.
 
+Given several broker nodes (`mqtt.hosts`, the nodes of one cluster), the connection prefers the first
+and, whenever the node it uses or tries is lost, aims its next attempt at the next node, after the same
+jittered backoff as every reconnect. The nodes after the first are taken in an order shuffled once per
+box (seeded by its client id): when a node dies, its boxes spread over the survivors instead of all
+moving onto the node listed after it. A box does not move back to the first node while connected
+elsewhere: any node of the cluster serves it, and moving costs a session start.
+
 A box may open a second, companion connection for requests it takes from a shared subscription: its
 session ends with it, so when the box dies the broker stops handing it the group's messages at once,
 instead of queueing them for a session that may never come back (Mosquitto's round robin does not
@@ -22,12 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import socket
-import ssl
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from paho.mqtt.client import (
@@ -42,13 +48,16 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from edge_runtime.backoff import Backoff
 from edge_runtime.errors import ConfigError
 from edge_runtime.mqtt.acks import InOrderAcks, Settle, settled
-from edge_runtime.mqtt.settings import MqttSettings, TlsSettings
+from edge_runtime.mqtt.settings import BrokerAddress, MqttSettings
+from edge_runtime.mqtt.tls import configure_tls, describe_failure
 from edge_runtime.mqtt.topics import Topics, shared
 
 log = logging.getLogger(__name__)
 PAHO_LOGGER = "edge_runtime.mqtt.paho"
+RECONNECT_JITTER = 0.2  # each wait is spread by up to ±20 %, so a fleet that lost a node does not return in step
 
 MessageHandler = Callable[[str, bytes], None]
 # A request: its topic, payload, (MQTT 5) its properties, e.g. ResponseTopic and CorrelationData, and
@@ -85,6 +94,12 @@ class MqttConnection:
         self.reconnects = 0
         self.last_error = ""
         self.receive_maximum: int | None = None  # MQTT 5: how many unacknowledged messages the broker accepts
+        self.brokers = failover_order(settings.brokers, self.client_id)
+        self.broker = self.brokers[0]  # the node connected to, or being tried
+        self.broker_moves = 0  # connections to another node than the one before
+        self._broker_index = 0
+        self._last_broker: BrokerAddress | None = None
+        self._backoff = Backoff(reconnect_min_s, max(reconnect_min_s, settings.reconnect_max_s), RECONNECT_JITTER)
         self._reconnect_min_s = reconnect_min_s
         self._ack_handler: AckHandler | None = None
         self._connect_listeners: list[ConnectListener] = []
@@ -120,7 +135,7 @@ class MqttConnection:
         if self.companion is None:
             client.will_set(self.status_topic, b"offline", qos=1, retain=True)
         if settings.tls is not None:
-            _configure_tls(client, settings.tls)
+            configure_tls(client, settings.tls)
         client.reconnect_delay_set(self._reconnect_min_s, max(self._reconnect_min_s, settings.reconnect_max_s))
         client.max_inflight_messages_set(0)  # the publisher keeps the window; paho must not queue behind it
         client.on_connect = self._on_connect
@@ -146,6 +161,13 @@ class MqttConnection:
         self._started = True
         self._stopping = False
         self._paho_logger.addFilter(self._paho_errors)
+        self._broker_index = 0
+        self._aim(self.brokers[0])
+        self._client.loop_start()
+
+    def _aim(self, broker: BrokerAddress) -> None:
+        """Make `broker` the node of paho's next connection attempt (paho reconnects to the last one aimed at)."""
+        self.broker = broker
         settings = self.settings
         if settings.protocol == "5":
             properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
@@ -153,15 +175,23 @@ class MqttConnection:
             if self.window is not None:
                 properties.ReceiveMaximum = self.window
             self._client.connect_async(
-                settings.host,
-                settings.effective_port,
+                broker.host,
+                broker.port,
                 keepalive=settings.keepalive_s,
                 clean_start=self.companion is not None,
                 properties=properties,
             )
         else:
-            self._client.connect_async(settings.host, settings.effective_port, keepalive=settings.keepalive_s)
-        self._client.loop_start()
+            self._client.connect_async(broker.host, broker.port, keepalive=settings.keepalive_s)
+
+    def _move_on(self) -> float:
+        """The node in use or being tried is lost: aim at the next one, and set the jittered wait before it."""
+        if len(self.brokers) > 1:
+            self._broker_index = (self._broker_index + 1) % len(self.brokers)
+            self._aim(self.brokers[self._broker_index])
+        delay = self._backoff.next_delay()
+        self._client.reconnect_delay_set(delay, delay)  # type: ignore[arg-type]  # paho sleeps any real seconds
+        return delay
 
     def wait_connected(self, timeout: float) -> bool:
         return self._connected_event.wait(timeout)
@@ -264,9 +294,13 @@ class MqttConnection:
         if self._acks is not None:
             self._acks.new_session()
         self.receive_maximum = getattr(properties, "ReceiveMaximum", None)
+        self._backoff.reset()
         with self._lock:
             if self.connect_count:
                 self.reconnects += 1
+            if self._last_broker is not None and self.broker != self._last_broker:
+                self.broker_moves += 1
+            self._last_broker = self.broker
             self.connect_count += 1
             subscriptions = list(self._subscriptions.items())
         for listener in self._connect_listeners:
@@ -285,8 +319,9 @@ class MqttConnection:
     def _on_connect_fail(self, client: Client, userdata: Any) -> None:
         # paho calls this inside its `except OSError` block, so the cause is still at hand.
         error = sys.exc_info()[1]
-        failure = self._describe_failure(error)
-        log.warning("MQTT: %s; retrying", failure)
+        failure = describe_failure(error, self._address, self.settings.tls)
+        delay = self._move_on()
+        log.warning("MQTT: %s; %s", failure, self._next_attempt(delay))
         self.last_error = failure  # after the log line: whoever sees the error can find it logged
 
     def _on_disconnect(
@@ -303,13 +338,15 @@ class MqttConnection:
         if self._stopping:
             return
         cause, self._paho_errors.last = self._paho_errors.last or str(reason), ""
+        address = self._address
+        delay = self._move_on()
         if was_connected:
-            self.last_error = f"connection to {self._address} lost: {cause}"
-        elif self.last_error.startswith(f"broker {self._address} refused"):
+            self.last_error = f"connection to {address} lost: {cause}"
+        elif self.last_error.startswith(f"broker {address} refused"):
             return  # said already, with the broker's reason
         else:  # e.g. a TLS 1.3 broker that wanted a client certificate says so only after the handshake
-            self.last_error = f"broker {self._address} closed the connection before accepting it: {cause}"
-        log.warning("MQTT: %s; reconnecting", self.last_error)
+            self.last_error = f"broker {address} closed the connection before accepting it: {cause}"
+        log.warning("MQTT: %s; %s", self.last_error, self._next_attempt(delay))
 
     def _on_publish(
         self, client: Client, userdata: Any, mid: int, reason: ReasonCode, properties: Properties | None
@@ -322,46 +359,19 @@ class MqttConnection:
 
     @property
     def _address(self) -> str:
-        return f"{self.settings.host}:{self.settings.effective_port}"
+        return str(self.broker)
 
-    def _describe_failure(self, error: BaseException | None) -> str:
-        if isinstance(error, ssl.SSLCertVerificationError):
-            tls = self.settings.tls
-            trusted = f"pinned CA {tls.ca_file}" if tls and tls.ca_file else "the system CAs"
-            reason = error.verify_message
-            return f"TLS certificate of broker {self._address} not trusted ({reason}; checked against {trusted})"
-        if isinstance(error, ssl.SSLError):
-            return f"TLS handshake with broker {self._address} failed: {error.reason or error}"
-        if error is None:
-            return f"cannot connect to broker {self._address}"
-        return f"cannot connect to broker {self._address}: {error}"
+    def _next_attempt(self, delay: float) -> str:
+        if len(self.brokers) == 1:
+            return f"reconnecting in {delay:.1f} s"
+        return f"trying {self.broker} in {delay:.1f} s"
 
 
-def _configure_tls(client: Client, tls: TlsSettings) -> None:
-    """Load the pinned CA and client certificate now, so a wrong path fails at start with its name."""
-    for name, path in (("ca_file", tls.ca_file), ("cert_file", tls.cert_file), ("key_file", tls.key_file)):
-        if path is not None and not Path(path).is_file():
-            raise ConfigError(f"mqtt.tls.{name}: file {path} does not exist")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the chain and, by default, the host name
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        if tls.ca_file is not None:
-            context.load_verify_locations(cafile=str(tls.ca_file))
-        else:
-            context.load_default_certs()
-    except (ssl.SSLError, OSError) as err:
-        raise ConfigError(f"mqtt.tls.ca_file: cannot load CA certificates from {tls.ca_file}: {err}") from err
-    if tls.cert_file is not None:
-        try:
-            context.load_cert_chain(str(tls.cert_file), str(tls.key_file))
-        except (ssl.SSLError, OSError) as err:
-            raise ConfigError(
-                f"mqtt.tls: cannot load client certificate {tls.cert_file} with key {tls.key_file}: {err}"
-            ) from err
-    if not tls.verify_hostname:
-        log.warning("MQTT: TLS hostname verification is off; the broker's certificate chain is still checked")
-        context.check_hostname = False
-    client.tls_set_context(context)
+def failover_order(brokers: list[BrokerAddress], client_id: str) -> list[BrokerAddress]:
+    """The first node, then the others in an order shuffled once for this box (stable across restarts)."""
+    rest = brokers[1:]
+    random.Random(client_id).shuffle(rest)
+    return [brokers[0], *rest]
 
 
 class _PahoErrors(logging.Filter):

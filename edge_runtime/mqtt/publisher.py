@@ -56,6 +56,8 @@ class PublisherStats:
     dropped_qos0: int
     reconnects: int
     connected: bool
+    broker: str  # the node connected to, or being tried
+    broker_moves: int  # connections made to another node than the one before
 
 
 class Publisher:
@@ -148,6 +150,8 @@ class Publisher:
             dropped_qos0=self._dropped_qos0,
             reconnects=self._connection.reconnects,
             connected=self._connection.connected,
+            broker=str(self._connection.broker),
+            broker_moves=self._connection.broker_moves,
         )
 
     # -- the publisher thread ----------------------------------------------------------------------

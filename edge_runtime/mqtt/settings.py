@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from edge_runtime.config.base import StrictModel
 
@@ -33,9 +33,21 @@ class SpoolSettings(StrictModel):
     max_in_flight: int = Field(default=100, gt=0, description="unacknowledged QoS>=1 messages at once")
 
 
+class BrokerAddress(NamedTuple):
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
 class MqttSettings(StrictModel):
     host: str = "localhost"
     port: int | None = Field(default=None, gt=0, lt=65536, description="default 1883, or 8883 with TLS")
+    hosts: list[str] = Field(
+        default_factory=list,
+        description="the nodes of a broker cluster as host[:port], instead of host and port; the first is preferred",
+    )
     protocol: Literal["5", "3.1.1"] = "5"
     client_id: str | None = Field(
         default=None, description="stable id for a persistent session; default from device id"
@@ -51,6 +63,59 @@ class MqttSettings(StrictModel):
     topic_prefix: str = Field(default="edge", pattern=r"^[^#+]+$")
     spool: SpoolSettings = Field(default_factory=SpoolSettings)
 
+    @field_validator("hosts")
+    @classmethod
+    def _addresses_parse(cls, hosts: list[str]) -> list[str]:
+        seen: set[tuple[str, int | None]] = set()
+        for index, entry in enumerate(hosts):
+            address = _split_address(entry)
+            if address is None:
+                raise ValueError(f"hosts[{index}]: {entry!r} is not host, host:port or [IPv6 address]:port")
+            if address in seen:
+                raise ValueError(f"hosts[{index}]: {entry!r} is named twice")
+            seen.add(address)
+        return hosts
+
+    @model_validator(mode="after")
+    def _one_way_to_name_the_broker(self) -> MqttSettings:
+        if self.hosts and {"host", "port"} & self.model_fields_set:
+            raise ValueError("give the broker either as hosts or as host and port, not both")
+        return self
+
     @property
     def effective_port(self) -> int:
-        return self.port or (8883 if self.tls else 1883)
+        return self.port or self.default_port
+
+    @property
+    def default_port(self) -> int:
+        return 8883 if self.tls else 1883
+
+    @property
+    def brokers(self) -> list[BrokerAddress]:
+        """Every broker node to connect to, in the order given; one when the config names `host`."""
+        if not self.hosts:
+            return [BrokerAddress(self.host, self.effective_port)]
+        addresses = []
+        for entry in self.hosts:
+            host, port = _split_address(entry) or (entry, None)
+            addresses.append(BrokerAddress(host, port or self.default_port))
+        return addresses
+
+
+def _split_address(entry: str) -> tuple[str, int | None] | None:
+    """`host`, `host:port`, `[v6]` or `[v6]:port` as (host, port or None); None when malformed."""
+    host, port_text = entry, ""
+    if entry.startswith("["):
+        inside, bracket, rest = entry[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None
+        host, port_text = inside, rest[1:]
+    elif entry.count(":") == 1:
+        host, port_text = entry.split(":")
+    if not host or any(c in host for c in " /[]") or (port_text == "" and entry.endswith(":")):
+        return None
+    if not port_text:
+        return host, None
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        return None
+    return host, int(port_text)

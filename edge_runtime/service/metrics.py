@@ -31,6 +31,7 @@ _MQTT_GAUGES = {
 }
 _MQTT_COUNTERS = {
     "reconnects": "broker reconnections",
+    "broker_moves": "connections made to another broker node than the one before",
     "dropped": "results dropped from a full or aged spool",
     "requests_dropped": "inference requests with no usable reply topic, dropped",
 }
@@ -64,6 +65,12 @@ class DaemonCollector(Collector):
         for key, text in _MQTT_COUNTERS.items():
             if key in mqtt:
                 yield CounterMetricFamily(f"edge_runtime_mqtt_{key}", text, value=float(mqtt[key]))
+        if "broker" in mqtt:
+            broker = GaugeMetricFamily(
+                "edge_runtime_mqtt_broker", "1 for the broker node connected to, or being tried", labels=["broker"]
+            )
+            broker.add_metric([str(mqtt["broker"])], 1.0)
+            yield broker
 
 
 def _pipeline_metrics(pipelines: dict[str, dict[str, Any]]) -> Iterator[Metric]:

@@ -34,6 +34,9 @@ def edit(data: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
 CASES = [
     ({"device_id": DELETE}, "device_id", "required field is missing"),
     ({"mqqt": {"host": "broker"}}, "mqqt", "unknown field; did you mean 'mqtt'?"),
+    ({"mqtt.hosts": ["a:1883", "b:99999"]}, "mqtt.hosts", "hosts[1]: 'b:99999' is not host, host:port"),
+    ({"mqtt.hosts": ["a:1883", "a:1883"]}, "mqtt.hosts", "hosts[1]: 'a:1883' is named twice"),
+    ({"mqtt.hosts": ["a"], "mqtt.host": "b"}, "mqtt", "either as hosts or as host and port, not both"),
     ({"pipelines.0.source.pth": "x.mp4"}, "pipelines[0].source.pth", "did you mean 'path'?"),
     ({"pipelines.0.source.type": "rtspp"}, "pipelines[0].source", "unknown source type 'rtspp'; expected one of"),
     ({"pipelines.0.source": {"path": "x.mp4"}}, "pipelines[0].source", "missing field 'type' (one of: v4l2, stream"),
