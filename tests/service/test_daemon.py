@@ -12,7 +12,7 @@ from typing import Any
 import cv2
 import jsonschema
 import numpy as np
-from broker import Mosquitto, free_port
+from broker import Mosquitto, Received, free_port
 from daemon_process import DaemonProcess, NotifyListener, face_pipeline, results
 from model_builders import build_window_mean_onnx
 from waiting import wait_for
@@ -236,8 +236,9 @@ def test_sensor_pipeline_counts_bad_messages_and_runs_on(
     }
     watcher = mosquitto.subscribe_collect("edge/test-box/#")
     daemon = run_daemon(write_config(mosquitto, [pipeline]))
-    assert wait_for(lambda: any(m.payload == b"online" for m in watcher.messages), 60), daemon.log
-    time.sleep(0.5)
+    # the daemon subscribes to the sensor's topic before it reports the pipeline on the same connection, so
+    # a stats report that names the pipeline means the broker holds the subscription
+    assert watcher.wait_until(lambda m: any(_names_pipeline(x, "vibration") for x in m), timeout=60), daemon.log
     for value in range(8):
         mosquitto.publish("lab/accel", json.dumps([value, 10 * value]).encode())
         mosquitto.publish("lab/accel", b"{not json")
@@ -280,3 +281,7 @@ def test_a_daemon_that_only_serves_answers_images_and_reports_its_queues(
         timeout=10,
     ), daemon.log
     assert daemon.stop() == 0, daemon.log
+
+
+def _names_pipeline(message: Received, name: str) -> bool:
+    return message.topic == "edge/test-box/stats" and name in json.loads(message.payload)["pipelines"]
