@@ -33,6 +33,7 @@ import random
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -100,6 +101,8 @@ class MqttConnection:
         self._broker_index = 0
         self._last_broker: BrokerAddress | None = None
         self._backoff = Backoff(reconnect_min_s, max(reconnect_min_s, settings.reconnect_max_s), RECONNECT_JITTER)
+        self._next_attempt_at = 0.0  # monotonic time; used when the caller drives the network
+        self._own_thread = True
         self._reconnect_min_s = reconnect_min_s
         self._ack_handler: AckHandler | None = None
         self._connect_listeners: list[ConnectListener] = []
@@ -154,16 +157,24 @@ class MqttConnection:
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start connecting in the background; returns at once, an unreachable broker is retried."""
+    def start(self, *, own_thread: bool = True) -> None:
+        """Start connecting in the background; returns at once, an unreachable broker is retried.
+
+        With `own_thread=False` no thread is started: the caller drives the network with `network_socket`,
+        `read`, `write` and `tick` from its own loop, as a process simulating many boxes does.
+        """
         if self._started:
             return
         self._started = True
         self._stopping = False
+        self._own_thread = own_thread
         self._paho_logger.addFilter(self._paho_errors)
         self._broker_index = 0
         self._aim(self.brokers[0])
-        self._client.loop_start()
+        if own_thread:
+            self._client.loop_start()
+        else:
+            self._next_attempt_at = 0.0
 
     def _aim(self, broker: BrokerAddress) -> None:
         """Make `broker` the node of paho's next connection attempt (paho reconnects to the last one aimed at)."""
@@ -191,7 +202,35 @@ class MqttConnection:
             self._aim(self.brokers[self._broker_index])
         delay = self._backoff.next_delay()
         self._client.reconnect_delay_set(delay, delay)  # type: ignore[arg-type]  # paho sleeps any real seconds
+        self._next_attempt_at = time.monotonic() + delay
         return delay
+
+    # -- driven by the caller (started with own_thread=False) --------------------------------------
+
+    def network_socket(self) -> socket.socket | None:
+        """The socket to watch for reading (and for writing while `wants_write`); None between connections."""
+        sock = self._client.socket()
+        return sock if isinstance(sock, socket.socket) else None
+
+    @property
+    def wants_write(self) -> bool:
+        return self._client.want_write()
+
+    def read(self) -> None:
+        self._client.loop_read()
+
+    def write(self) -> None:
+        self._client.loop_write()
+
+    def tick(self) -> None:
+        """Call about once a second and after every read: keepalive, and connecting once the backoff allows."""
+        if self._client.socket() is not None:
+            self._client.loop_misc()
+        elif self._started and not self._stopping and time.monotonic() >= self._next_attempt_at:
+            try:
+                self._client.reconnect()
+            except OSError:
+                self._on_connect_fail(self._client, None)
 
     def wait_connected(self, timeout: float) -> bool:
         return self._connected_event.wait(timeout)
@@ -203,9 +242,11 @@ class MqttConnection:
         self._stopping = True
         if self.connected and self.companion is None:
             info = self._client.publish(self.status_topic, b"offline", qos=1, retain=True)
-            _wait_quietly(info, timeout)
+            if self._own_thread:  # else it was written at once, and nothing reads the acknowledgement
+                _wait_quietly(info, timeout)
         self._client.disconnect()
-        self._client.loop_stop()
+        if self._own_thread:
+            self._client.loop_stop()
         self._paho_logger.removeFilter(self._paho_errors)
         self._started = False
         self.connected = False

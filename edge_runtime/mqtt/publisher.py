@@ -88,6 +88,7 @@ class Publisher:
         connection.add_connect_listener(self._on_connect)
 
     def start(self) -> None:
+        """Send from a thread of the publisher's own; without it, the owner calls `step` instead."""
         self._thread.start()
 
     def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> None:
@@ -173,7 +174,7 @@ class Publisher:
         while not self._stop.is_set():
             self._wake.clear()
             try:
-                wait = self._step()
+                wait = self.step()
             except Exception:  # a spool that cannot be read (disk error): keep the thread, retry later
                 log.exception("MQTT: publisher step failed; retrying in 1 s")
                 wait = 1.0
@@ -181,8 +182,11 @@ class Publisher:
                 self._wake.wait(wait)
         self._settle_acks()
 
-    def _step(self) -> float:
-        """One turn: settle acks, follow the connection, fill the window; how long to sleep (0: go on)."""
+    def step(self) -> float:
+        """One turn: settle acks, follow the connection, fill the window; how long to sleep (0: go on).
+
+        The publisher's thread calls it in a loop; a process that drives many publishers in one thread
+        calls it itself, and never calls `start`."""
         self._settle_acks()
         connected = self._connection.connected  # read before connect_count: see MqttConnection._on_connect
         if connected and self._connection.connect_count != self._session:

@@ -80,7 +80,10 @@ class Spool:
         max_age_s: float = SpoolSettings().max_age_s,
         batch_size: int = 256,
         flush_interval_s: float = 0.05,
+        background_flush: bool = True,
     ) -> None:
+        """Without `background_flush` no thread writes the batches: the owner calls `flush` (or `take`
+        does); a process that simulates hundreds of boxes cannot afford a thread per spool."""
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.max_age_s = max_age_s
@@ -108,8 +111,10 @@ class Spool:
         self._flush_soon = threading.Event()
         with self._db_lock:
             self._drop_expired()
-        self._flusher = threading.Thread(target=self._flush_loop, name="mqtt-spool-flush", daemon=True)
-        self._flusher.start()
+        self._flusher: threading.Thread | None = None
+        if background_flush:
+            self._flusher = threading.Thread(target=self._flush_loop, name="mqtt-spool-flush", daemon=True)
+            self._flusher.start()
 
     @classmethod
     def from_settings(cls, settings: SpoolSettings, default_path: Path) -> Spool:
@@ -204,7 +209,8 @@ class Spool:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
         self._flush_soon.set()
-        self._flusher.join(timeout=5)
+        if self._flusher is not None:
+            self._flusher.join(timeout=5)
         os.close(self._lock_fd)
 
     def _flush_loop(self) -> None:
