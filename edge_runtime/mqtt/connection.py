@@ -27,7 +27,6 @@ skip disconnected members). It says nothing on the status topic, which belongs t
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import socket
@@ -41,8 +40,6 @@ from paho.mqtt.client import (
     Client,
     ConnectFlags,
     DisconnectFlags,
-    MQTTMessage,
-    MQTTMessageInfo,
 )
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
@@ -51,7 +48,8 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from edge_runtime.backoff import Backoff
 from edge_runtime.errors import ConfigError
-from edge_runtime.mqtt.acks import InOrderAcks, Settle, settled
+from edge_runtime.mqtt.acks import InOrderAcks
+from edge_runtime.mqtt.callbacks import MessageHandler, PahoErrors, RequestHandler, dispatcher, wait_quietly
 from edge_runtime.mqtt.settings import BrokerAddress, MqttSettings
 from edge_runtime.mqtt.tls import configure_tls, describe_failure
 from edge_runtime.mqtt.topics import Topics, shared
@@ -60,10 +58,6 @@ log = logging.getLogger(__name__)
 PAHO_LOGGER = "edge_runtime.mqtt.paho"
 RECONNECT_JITTER = 0.2  # each wait is spread by up to ±20 %, so a fleet that lost a node does not return in step
 
-MessageHandler = Callable[[str, bytes], None]
-# A request: its topic, payload, (MQTT 5) its properties, e.g. ResponseTopic and CorrelationData, and
-# what to call once it is answered or dropped (it acknowledges the request on a connection with a window).
-RequestHandler = Callable[[str, bytes, Properties | None, Settle], None]
 AckHandler = Callable[[int, bool], None]  # message id, and False when the broker refused the message (MQTT 5)
 ConnectListener = Callable[[int], None]  # the new connect_count; called in paho's thread before `connected` is set
 
@@ -113,7 +107,7 @@ class MqttConnection:
         self._started = False
         self._stopping = False
         self._paho_logger = logging.getLogger(f"{PAHO_LOGGER}.{self.client_id}")
-        self._paho_errors = _PahoErrors()
+        self._paho_errors = PahoErrors()
         self._client = self._make_client()
 
     # -- setup -------------------------------------------------------------------------------------
@@ -243,7 +237,7 @@ class MqttConnection:
         if self.connected and self.companion is None:
             info = self._client.publish(self.status_topic, b"offline", qos=1, retain=True)
             if self._own_thread:  # else it was written at once, and nothing reads the acknowledgement
-                _wait_quietly(info, timeout)
+                wait_quietly(info, timeout)
         self._client.disconnect()
         if self._own_thread:
             self._client.loop_stop()
@@ -280,7 +274,7 @@ class MqttConnection:
         subscription = topic if share_group is None else shared(share_group, topic)
         with self._lock:
             self._subscriptions[subscription] = qos
-        self._client.message_callback_add(topic, _dispatcher(topic, handler, self._acks))
+        self._client.message_callback_add(topic, dispatcher(topic, handler, self._acks))
         if self.connected:
             self._client.subscribe(subscription, qos)
 
@@ -413,38 +407,3 @@ def failover_order(brokers: list[BrokerAddress], client_id: str) -> list[BrokerA
     rest = brokers[1:]
     random.Random(client_id).shuffle(rest)
     return [brokers[0], *rest]
-
-
-class _PahoErrors(logging.Filter):
-    """Keeps paho's last error (a TLS alert arrives only as a log line) and hides its retry noise."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.last = ""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if str(record.msg).startswith("Client is not connected"):
-            return False  # logged on every loop turn while retrying; our warning already says why
-        if record.levelno >= logging.ERROR:
-            self.last = record.getMessage()
-        return True
-
-
-def _dispatcher(
-    topic: str, handler: RequestHandler, acks: InOrderAcks | None
-) -> Callable[[Client, Any, MQTTMessage], None]:
-    def dispatch(client: Client, userdata: Any, message: MQTTMessage) -> None:
-        settle = settled if acks is None else acks.received(message.mid, message.qos)
-        try:
-            handler(message.topic, bytes(message.payload), getattr(message, "properties", None), settle)
-        except Exception:
-            settle()
-            log.exception("MQTT: handler for %s failed on a message from %s", topic, message.topic)
-
-    return dispatch
-
-
-def _wait_quietly(info: MQTTMessageInfo, timeout: float) -> None:
-    # Not connected any more raises; then the broker's will says "offline" for us.
-    with contextlib.suppress(RuntimeError, ValueError):
-        info.wait_for_publish(timeout)

@@ -32,7 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from edge_runtime.mqtt.acks import Settle
-from edge_runtime.mqtt.connection import MqttConnection, RequestHandler
+from edge_runtime.mqtt.callbacks import RequestHandler
+from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.replies import NoReplyTopic, Reply, Request, read_request
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.serving.served import IMAGE_TYPES, Prepared, ServedModel, refusal
