@@ -63,7 +63,7 @@ def _plan(args: argparse.Namespace) -> RolloutPlan:
 
 
 def _status(client: FleetClient, boxes: list[str]) -> int:
-    rows = [("box", "models", "pipelines", "last rollout")]
+    rows = [("box", "broker", "models", "pipelines", "last rollout")]
     failed = 0
     for device in boxes:
         try:
@@ -75,10 +75,13 @@ def _status(client: FleetClient, boxes: list[str]) -> int:
             pipelines = ", ".join(f"{n} {p['fps_out']:.1f} fps" for n, p in report["pipelines"].items()) or "-"
             rollout = report.get("rollout")
             last = f"{rollout['rollout_id']} {rollout['stage']}" if rollout else "-"
-            rows.append((device, loaded, pipelines, last))
+            mqtt = report["mqtt"]
+            moves = mqtt["broker_moves"]
+            broker = f"{mqtt['broker']} ({moves} move{'' if moves == 1 else 's'})"
+            rows.append((device, broker, loaded, pipelines, last))
         except Exception as error:  # a box that answers badly, or not at all, is shown, not fatal
             failed += 1
-            rows.append((device, "-", "-", f"no status: {error}"))
+            rows.append((device, "-", "-", "-", f"no status: {error}"))
     print(_columns(rows))
     return 1 if failed else 0
 
