@@ -50,6 +50,7 @@ from edge_runtime.backoff import Backoff
 from edge_runtime.errors import ConfigError
 from edge_runtime.mqtt.acks import InOrderAcks
 from edge_runtime.mqtt.callbacks import MessageHandler, PahoErrors, RequestHandler, dispatcher, wait_quietly
+from edge_runtime.mqtt.capabilities import QosCheck
 from edge_runtime.mqtt.settings import BrokerAddress, MqttSettings
 from edge_runtime.mqtt.tls import configure_tls, describe_failure
 from edge_runtime.mqtt.topics import Topics, shared
@@ -89,6 +90,7 @@ class MqttConnection:
         self.reconnects = 0
         self.last_error = ""
         self.receive_maximum: int | None = None  # MQTT 5: how many unacknowledged messages the broker accepts
+        self.qos = QosCheck(f"{Topics(settings.topic_prefix, device_id).device}/qos-check")
         self.brokers = failover_order(settings.brokers, self.client_id)
         self.broker = self.brokers[0]  # the node connected to, or being tried
         self.broker_moves = 0  # connections to another node than the one before
@@ -139,6 +141,7 @@ class MqttConnection:
         client.on_connect_fail = self._on_connect_fail
         client.on_disconnect = self._on_disconnect
         client.on_publish = self._on_publish
+        client.on_subscribe = self._on_subscribe
         return client
 
     def set_ack_handler(self, handler: AckHandler | None) -> None:
@@ -329,6 +332,8 @@ class MqttConnection:
         if self._acks is not None:
             self._acks.new_session()
         self.receive_maximum = getattr(properties, "ReceiveMaximum", None)
+        if self.companion is None:
+            self.qos.connected(client, self.settings.protocol == "5", properties)
         self._backoff.reset()
         with self._lock:
             if self.connect_count:
@@ -382,6 +387,11 @@ class MqttConnection:
         else:  # e.g. a TLS 1.3 broker that wanted a client certificate says so only after the handshake
             self.last_error = f"broker {address} closed the connection before accepting it: {cause}"
         log.warning("MQTT: %s; %s", self.last_error, self._next_attempt(delay))
+
+    def _on_subscribe(
+        self, client: Client, userdata: Any, mid: int, reason_codes: list[ReasonCode], properties: Properties | None
+    ) -> None:
+        self.qos.subscribed(client, mid, reason_codes)
 
     def _on_publish(
         self, client: Client, userdata: Any, mid: int, reason: ReasonCode, properties: Properties | None

@@ -58,6 +58,7 @@ class PublisherStats:
     connected: bool
     broker: str  # the node connected to, or being tried
     broker_moves: int  # connections made to another node than the one before
+    held_qos: int  # sends skipped because the broker takes a lower QoS than the message's; they stay spooled
 
 
 class Publisher:
@@ -82,6 +83,8 @@ class Publisher:
         self._tokens = 0.0
         self._tokens_at = time.monotonic()
         self._spooled = self._published = self._acked = self._rejected = self._dropped_qos0 = 0
+        self._held_qos = 0
+        self._held_said = -1  # the session whose held messages were logged
         self._count_lock = threading.Lock()  # for the counters pipeline threads touch
         self._thread = threading.Thread(target=self._run, name="mqtt-publisher", daemon=True)
         connection.set_ack_handler(self._on_ack)
@@ -153,6 +156,7 @@ class Publisher:
             connected=self._connection.connected,
             broker=str(self._connection.broker),
             broker_moves=self._connection.broker_moves,
+            held_qos=self._held_qos,
         )
 
     # -- the publisher thread ----------------------------------------------------------------------
@@ -259,6 +263,12 @@ class Publisher:
 
     def _send(self, rows: list[SpoolRecord]) -> int:
         for done, row in enumerate(rows):
+            allowed = self._connection.qos.allows(row.qos)
+            if allowed is None:
+                return done  # the broker's QoS 2 support is being checked: a moment
+            if not allowed:
+                self._hold(row)
+                continue
             try:
                 mid = self._connection.publish(row.topic, row.payload, qos=row.qos, retain=row.retain)
             except ConfigError as err:  # a row no broker would take: skipping it beats blocking the spool
@@ -271,6 +281,21 @@ class Publisher:
             self._in_flight[mid] = row.id
             self._published += 1
         return len(rows)
+
+    def _hold(self, row: SpoolRecord) -> None:
+        """Keep a message the broker would only take at a lower QoS: it stays spooled, never downgraded."""
+        self._held_qos += 1
+        if self._held_said != self._session:
+            self._held_said = self._session
+            check = self._connection.qos
+            log.error(
+                "MQTT: broker %s takes at most QoS %s (%s): QoS %d messages stay in the spool, unsent, until a "
+                "broker takes them; publish at QoS 1 or use a broker with QoS 2",
+                self._connection.broker,
+                check.maximum,
+                check.source,
+                row.qos,
+            )
 
     def _window(self) -> int:
         receive_maximum = self._connection.receive_maximum

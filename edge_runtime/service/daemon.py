@@ -27,7 +27,7 @@ from edge_runtime.control.channel import ControlChannel
 from edge_runtime.control.disabled import DisabledPipelines
 from edge_runtime.control.handlers import ControlContext
 from edge_runtime.control.signed import NonceStore
-from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.errors import ConfigError, EdgeRuntimeError
 from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.publisher import Publisher
 from edge_runtime.mqtt.retained import RetainedStates
@@ -82,6 +82,7 @@ class Daemon:
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.spool = Spool.from_settings(config.mqtt.spool, config.state_dir / "spool.sqlite")
         self.connection = MqttConnection(config.mqtt, config.device_id)
+        self.connection.qos.wanted = any(p.publish.qos == 2 for p in config.enabled_pipelines)
         self.publisher = Publisher(self.connection, self.spool, config.mqtt.spool)
         self.states = RetainedStates(self.connection)
         trust = TrustPolicy.from_settings(config.trust, config.state_dir)
@@ -137,6 +138,8 @@ class Daemon:
                 )
                 self.serving.start()
             connected = self.connection.wait_connected(CONNECT_WAIT_S)
+            if connected:
+                self._check_broker_qos()
             mode = "connected to the broker" if connected else "broker unreachable, spooling results"
             served = f", serving {len(self.serving.models)} models" if self.serving else ""
             self.notifier.ready(f"{len(self.pipelines)} pipelines running{served}, {mode}")
@@ -152,6 +155,26 @@ class Daemon:
         finally:
             self._shut_down()
         return 0
+
+    def _check_broker_qos(self) -> None:
+        """A pipeline that asks for QoS 2 from a broker without it is refused at start, not downgraded."""
+        check = self.connection.qos
+        if not check.wanted:
+            return
+        deadline = time.monotonic() + CONNECT_WAIT_S
+        while check.maximum is None and self.connection.connected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if check.maximum is None or check.maximum >= 2:
+            return
+        fields = [
+            f"pipelines[{index}].publish.qos"
+            for index, pipeline in enumerate(self.config.pipelines)
+            if pipeline.enabled and pipeline.publish.qos == 2
+        ]
+        raise ConfigError(
+            f"{', '.join(fields)}: 2, but broker {self.connection.broker} takes at most QoS {check.maximum} "
+            f"({check.source}); set publish.qos to 1, or use a broker with QoS 2 (see README, brokers)"
+        )
 
     def _install_signal_handlers(self) -> None:
         def stop(signum: int, _frame: FrameType | None) -> None:

@@ -32,6 +32,7 @@ _MQTT_GAUGES = {
 _MQTT_COUNTERS = {
     "reconnects": "broker reconnections",
     "broker_moves": "connections made to another broker node than the one before",
+    "held_qos": "sends skipped because the broker takes a lower QoS than the message's (they stay spooled)",
     "dropped": "results dropped from a full or aged spool",
     "requests_dropped": "inference requests with no usable reply topic, dropped",
 }

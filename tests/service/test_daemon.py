@@ -12,6 +12,7 @@ from typing import Any
 import cv2
 import jsonschema
 import numpy as np
+import pytest
 from broker import Mosquitto, Received, free_port
 from daemon_process import DaemonProcess, NotifyListener, face_pipeline, results
 from model_builders import build_window_mean_onnx
@@ -196,6 +197,25 @@ def test_bad_config_exits_2_with_the_field(tmp_path: Path, run_daemon: Callable[
     daemon = run_daemon(config)
     assert daemon.wait(30) == 2
     assert "mqtt.hots" in daemon.log and "Traceback" not in daemon.log
+
+
+@pytest.mark.parametrize("protocol", ["5", "3.1.1"])
+def test_a_qos2_pipeline_on_a_broker_without_qos2_exits_2_at_start(
+    tmp_path: Path,
+    clip: Callable[[int], Path],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., DaemonProcess],
+    protocol: str,
+) -> None:
+    """As on RabbitMQ 3.10 or NATS 2.9: the daemon refuses to downgrade the pipeline's QoS silently."""
+    with Mosquitto(tmp_path / "qos1-broker", listener_options=["max_qos 1"]) as broker:
+        broker.start()
+        pipelines = [face_pipeline(clip(5)), face_pipeline(clip(5), name="exact", publish={"qos": 2})]
+        mqtt = {"host": broker.host, "port": broker.port, "protocol": protocol}
+        daemon = run_daemon(write_config(broker, pipelines, mqtt=mqtt))
+        assert daemon.wait(120) == 2, daemon.log
+    assert f"pipelines[1].publish.qos: 2, but broker 127.0.0.1:{broker.port} takes at most QoS 1" in daemon.log
+    assert "set publish.qos to 1" in daemon.log and "Traceback" not in daemon.log
 
 
 def _index(payload: bytes) -> int:
