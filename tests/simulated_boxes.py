@@ -117,6 +117,7 @@ class BoxDriver:
             self._watched[box.device_id] = (sock, events)
 
     def close(self) -> None:
+        """Stop every box: each says "offline" and waits for the broker's acknowledgement, as a daemon does."""
         for box in self.boxes:
             box.close()
         self._selector.close()

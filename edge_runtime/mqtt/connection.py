@@ -239,8 +239,12 @@ class MqttConnection:
         self._stopping = True
         if self.connected and self.companion is None:
             info = self._client.publish(self.status_topic, b"offline", qos=1, retain=True)
-            if self._own_thread:  # else it was written at once, and nothing reads the acknowledgement
+            if self._own_thread:
                 wait_quietly(info, timeout)
+            else:  # nobody else reads the acknowledgement: read it here (a broker may drop what a disconnect cuts)
+                deadline = time.monotonic() + timeout
+                while not info.is_published() and self.connected and time.monotonic() < deadline:
+                    self._client.loop(0.05)
         self._client.disconnect()
         if self._own_thread:
             self._client.loop_stop()
