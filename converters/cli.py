@@ -87,6 +87,11 @@ def _input_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--std", type=_floats, help="per-channel std, e.g. 127.5 or 58.4,57.1,57.4")
     group.add_argument("--color-order", choices=["RGB", "BGR", "GRAY"])
     group.add_argument("--resize", choices=["stretch", "letterbox", "crop"])
+    group.add_argument(
+        "--pad-value",
+        type=_ints,
+        help="letterbox border in 0-255 pixel values, one or one per channel, e.g. 114 (default 0: black)",
+    )
 
 
 def _data_arguments(group: argparse._ArgumentGroup) -> None:
@@ -156,7 +161,7 @@ def options_from(args: argparse.Namespace) -> ConvertOptions:
         raise ConversionError("--subset-size must be at least 1")
     if not 0 < args.max_drop < 1:
         raise ConversionError("--max-drop is a fraction of top-1 accuracy, between 0 and 1 (e.g. 0.01)")
-    flags = InputFlags(args.layout, args.mean, args.std, args.color_order, args.resize)
+    flags = InputFlags(args.layout, args.mean, args.std, args.color_order, args.resize, args.pad_value)
     settings = QuantizationSettings(
         subset_size=args.subset_size,
         preset=args.preset,

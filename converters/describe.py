@@ -35,6 +35,7 @@ class InputFlags:
     std: tuple[float, ...] | None = None
     color_order: str | None = None
     resize: str | None = None
+    pad_value: tuple[int, ...] | None = None
 
     def fields(self) -> dict[str, Any]:
         return {key: value for key, value in vars(self).items() if value is not None}
@@ -56,8 +57,8 @@ def build_input_specs(
     if flags.fields():
         if len(tensors) != 1:
             raise ConversionError(
-                f"--layout/--mean/--std/--color-order/--resize describe one input, the model has {len(tensors)}; "
-                "describe each input in --input-spec YAML instead"
+                "--layout/--mean/--std/--color-order/--resize/--pad-value describe one input, "
+                f"the model has {len(tensors)}; describe each input in --input-spec YAML instead"
             )
         given[0] = {**given[0], **flags.fields()}
     return tuple(

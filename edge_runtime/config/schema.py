@@ -22,7 +22,7 @@ from edge_runtime.config.rollout import RolloutSettings
 from edge_runtime.config.trust import TrustSettings
 from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.mqtt.topics import FLEET
-from edge_runtime.package.manifest import DecoderSpec, InputSpec, Precision
+from edge_runtime.package.manifest import DecoderSpec, InputSpec, PadValue, Precision
 from edge_runtime.sources.configs import AnySource, CameraSourceConfig, SensorSourceConfig
 
 TOPIC_UNSAFE = frozenset("/+#")
@@ -127,6 +127,11 @@ class PreprocessOverrides(StrictModel):
     )
     mean: tuple[float, ...] | None = Field(default=None, min_length=1, description="subtracted per channel")
     std: tuple[float, ...] | None = Field(default=None, min_length=1, description="divided per channel")
+    pad_value: PadValue | None = Field(
+        default=None,
+        description="letterbox border in 0-255 pixel values, one or one per channel (the colour the model was "
+        "trained with)",
+    )
 
     @field_validator("std")
     @classmethod
@@ -203,7 +208,9 @@ class PipelineConfig(StrictModel):
             return self
         if self.publish.snapshot.enabled:
             raise ValueError(f"publish.snapshot needs a camera source; {self.source.type!r} gives sensor windows")
-        image_only = [f for f in ("resize", "color_order") if self.preprocess and getattr(self.preprocess, f)]
+        image_only = [
+            f for f in ("resize", "color_order", "pad_value") if self.preprocess and getattr(self.preprocess, f)
+        ]
         if image_only:
             raise ValueError(f"preprocess.{image_only[0]} applies to images; {self.source.type!r} gives sensor windows")
         return self

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 
 from edge_runtime.config.base import StrictModel, describe_validation_error
 from edge_runtime.errors import ManifestError
@@ -56,6 +56,15 @@ MODEL_SUFFIXES: dict[str, ModelFormat] = {
 
 Layout = Literal["NHWC", "NCHW", "NC", "NTC", "NCT", "ANY"]
 DType = Literal["float32", "float16", "uint8", "int8", "int32", "int64"]
+PixelValue = Annotated[int, Field(ge=0, le=255)]
+
+
+def _one_value_for_every_channel(value: object) -> object:
+    """`pad_value: 114` means 114 in every channel, as `[114]` does."""
+    return (value,) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+PadValue = Annotated[tuple[PixelValue, ...], BeforeValidator(_one_value_for_every_channel)]
 
 
 class InputSpec(StrictModel):
@@ -63,6 +72,11 @@ class InputSpec(StrictModel):
 
     Quantized variants carry their own scale and zero point inside the model file; the runtime reads
     them from there rather than from the manifest, so one manifest serves every variant.
+
+    `pad_value` is the colour of the letterbox border, in 0-255 pixel values before mean and std, one
+    value or one per channel in `color_order`. A model sees its training border in every non-square
+    frame, so a border of another colour shifts its scores (Ultralytics trains on grey 114); without it
+    the border is black (0), as it always was.
     """
 
     name: str | None = None
@@ -73,6 +87,7 @@ class InputSpec(StrictModel):
     resize: Literal["stretch", "letterbox", "crop"] = "stretch"
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
+    pad_value: PadValue | None = None
 
     @field_validator("shape")
     @classmethod
@@ -90,7 +105,17 @@ class InputSpec(StrictModel):
                 raise ValueError(f"{field} has {len(values)} values but the input has {channels} channels")
         if self.std is not None and any(s == 0 for s in self.std):
             raise ValueError("std must not contain zero")
+        pads = self.pad_values
+        if not pads:
+            raise ValueError("pad_value needs one value, or one per channel")
+        if channels is not None and len(pads) not in (1, channels):
+            raise ValueError(f"pad_value has {len(pads)} values but the input has {channels} channels")
         return self
+
+    @property
+    def pad_values(self) -> tuple[int, ...]:
+        """The letterbox border per channel in `color_order` (one value for all); black when unset."""
+        return (0,) if self.pad_value is None else self.pad_value
 
     @property
     def channels(self) -> int | None:

@@ -86,6 +86,7 @@ class ImagePreprocessor:
         self._integer = np.issubdtype(self._dtype, np.integer)
         # BGR frame channel feeding each model channel, when the colour order is a pure permutation
         self._source_channel = (2, 1, 0) if self._colour == "RGB" else (0, 1, 2)
+        self._border = _border_bgr(spec.pad_values, self._colour)
 
     def __call__(self, frame_bgr: np.ndarray, /) -> tuple[np.ndarray, FrameTransform]:
         image, transform = self._fit(frame_bgr)
@@ -112,8 +113,10 @@ class ImagePreprocessor:
         resized = _resize(frame, new_w, new_h)
         off_x, off_y = (self.width - new_w) // 2, (self.height - new_h) // 2
         if self.spec.resize == "letterbox":
-            canvas = np.zeros((self.height, self.width, frame.shape[2]), dtype=frame.dtype)
-            canvas[off_y : off_y + new_h, off_x : off_x + new_w] = resized
+            bottom, right = self.height - new_h - off_y, self.width - new_w - off_x
+            border = self._border if frame.shape[2] == len(self._border) else self._border[:1] * frame.shape[2]
+            canvas = cv2.copyMakeBorder(resized, off_y, bottom, off_x, right, cv2.BORDER_CONSTANT, value=border)
+            canvas = canvas.reshape(self.height, self.width, frame.shape[2])
         else:
             canvas = resized[-off_y : -off_y + self.height, -off_x : -off_x + self.width]
         return canvas, FrameTransform(src_w, src_h, scale, scale, off_x, off_y, self.width, self.height)
@@ -163,6 +166,14 @@ def _resize(frame: np.ndarray, width: int, height: int) -> np.ndarray:
     if frame.shape[1] == width and frame.shape[0] == height:
         return frame
     return cv2.resize(frame, (width, height), interpolation=cv2.INTER_LINEAR)
+
+
+def _border_bgr(pad_values: tuple[int, ...], colour: str) -> tuple[int, ...]:
+    """The letterbox border as a BGR frame pixel: the spec gives it in the model's colour order, and the border
+    is drawn before the colour swap, so an RGB model's (R, G, B) is reversed here."""
+    if len(pad_values) == 1:
+        return pad_values * 3
+    return tuple(reversed(pad_values)) if colour == "RGB" else pad_values
 
 
 def _colour_order(spec: InputSpec, name: str, channels: int) -> str:

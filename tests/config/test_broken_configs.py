@@ -130,6 +130,16 @@ CASES = [
     ({"pipelines.0.preprocess": {"mean": [1, 2]}}, "pipelines[0].preprocess", "mean has 2 values but the input has 3"),
     ({"pipelines.0.preprocess": {"std": [0]}}, "pipelines[0].preprocess.std", "std must not contain zero"),
     (
+        {"pipelines.0.preprocess": {"pad_value": [114, 114]}},
+        "pipelines[0].preprocess",
+        "pad_value has 2 values but the input has 3",
+    ),
+    (
+        {"pipelines.0.source": SENSOR, "pipelines.0.preprocess": {"pad_value": 114}},
+        "pipelines[0]",
+        "preprocess.pad_value applies to images",
+    ),
+    (
         {"pipelines.0.source": {"type": "v4l2", "device": 1.5}},
         "pipelines[0].source.device",
         "valid string; or Input should be a valid integer",

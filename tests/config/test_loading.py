@@ -98,7 +98,7 @@ def test_overrides_merge_with_the_manifest(
 ) -> None:
     base_config["pipelines"][0] |= {
         "decoder": {"params": {"iou_threshold": 0.45}},
-        "preprocess": {"color_order": "BGR", "resize": "stretch"},
+        "preprocess": {"color_order": "BGR", "resize": "stretch", "pad_value": 114},
     }
     pipeline = load_config(write_config(base_config), environ={}).pipelines[0]
     manifest = open_package(face_package_dir).manifest
@@ -107,7 +107,7 @@ def test_overrides_merge_with_the_manifest(
     assert decoder.name == "ssd_anchors" and decoder.params["iou_threshold"] == 0.45
     assert decoder.params["num_layers"] == 4  # the manifest's other parameters are kept
     spec = pipeline.preprocess.applied_to(manifest.inputs[0])
-    assert (spec.color_order, spec.resize, spec.mean) == ("BGR", "stretch", (127.5,))
+    assert (spec.color_order, spec.resize, spec.mean, spec.pad_value) == ("BGR", "stretch", (127.5,), (114,))
 
 
 def test_a_config_built_in_code_validates_the_same_way(face_package_dir: Path) -> None:

@@ -80,6 +80,14 @@ def test_image_folder_is_preprocessed_as_the_input_spec_says(tmp_path: Path) -> 
     assert samples.samples[1][0].min() >= -1.0 and samples.samples[1][0].max() <= 1.0
 
 
+def test_image_folder_letterbox_border_has_the_spec_pad_value(tmp_path: Path) -> None:
+    _images(tmp_path / "calib", 2)  # 40 x 48 images become 27 x 32: 2 border rows above, 3 below
+    spec = NCHW.model_copy(update={"resize": "letterbox", "pad_value": (114,), "mean": None, "std": (255.0,)})
+    samples = load_calibration(tmp_path / "calib", [spec], NAMES, 300, 0, Warnings())
+    tensor = samples.samples[0][0]
+    assert np.allclose(tensor[0, :, :2], 114 / 255) and np.allclose(tensor[0, :, -3:], 114 / 255)
+
+
 def test_empty_calibration_folder_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConversionError, match=r"calibration folder .*empty holds no images \(\.bmp"):

@@ -39,6 +39,8 @@ def test_flags_fill_the_spec() -> None:
     flags = InputFlags(color_order="RGB", mean=(123.7, 116.3, 103.5), std=(58.4, 57.1, 57.4), resize="crop")
     (spec,) = build_input_specs([IMAGE], None, flags)
     assert (spec.color_order, spec.resize, spec.mean) == ("RGB", "crop", (123.7, 116.3, 103.5))
+    (spec,) = build_input_specs([IMAGE], None, InputFlags(resize="letterbox", pad_value=(114,)))
+    assert spec.pad_values == (114,)
 
 
 def test_yaml_then_flags(tmp_path: Path) -> None:

@@ -34,6 +34,20 @@ def test_valid_manifest_round_trips_through_yaml() -> None:
     assert manifest.inputs[0].spatial_size == (32, 32)
 
 
+def test_pad_value_is_one_value_or_one_per_channel_and_black_when_absent() -> None:
+    def spec(pad_value: Any) -> Any:
+        data = valid_manifest()
+        if pad_value is not None:
+            data["inputs"][0]["pad_value"] = pad_value
+        manifest = parse_manifest(data, "model.yaml")
+        assert parse_manifest(yaml.safe_load(dump_manifest(manifest)), "model.yaml") == manifest
+        return manifest.inputs[0]
+
+    assert spec(None).pad_values == (0,) and "pad_value" not in dump_manifest(parse_manifest(valid_manifest(), "m"))
+    assert spec(114).pad_values == (114,)
+    assert spec([124, 116, 104]).pad_values == (124, 116, 104)
+
+
 _DELETE = object()
 
 
@@ -62,6 +76,9 @@ def _broken(path: str, value: Any) -> dict[str, Any]:
         ("inputs.0.shape", [1, 0, 32, 32], "inputs[0].shape: every dimension must be positive"),
         ("inputs.0.mean", [0.5, 0.5], "inputs[0]: mean has 2 values but the input has 3 channels"),
         ("inputs.0.std", [0.0], "inputs[0]: std must not contain zero"),
+        ("inputs.0.pad_value", [114, 114], "inputs[0]: pad_value has 2 values but the input has 3 channels"),
+        ("inputs.0.pad_value", [], "inputs[0]: pad_value needs one value, or one per channel"),
+        ("inputs.0.pad_value", 256, "inputs[0].pad_value[0]: Input should be less than or equal to 255"),
         ("variants", {}, "variants: Dictionary should have at least 1 item"),
         ("variants.onnx/fp32.precision", "int4", "variants.onnx/fp32.precision: Input should be"),
         (

@@ -37,6 +37,32 @@ def test_letterbox_pads_and_maps_back() -> None:
     assert np.allclose(x, [0, 200]) and np.allclose(y, [0, 50])
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_letterbox_border_has_the_spec_pad_value(layout: str) -> None:
+    shape = (1, 3, 64, 64) if layout == "NCHW" else (1, 64, 64, 3)
+    pre = make(InputSpec(shape=shape, layout=layout, color_order="RGB", resize="letterbox", pad_value=114, std=(255,)))
+    tensor, transform = pre(np.full((48, 64, 3), 200, np.uint8))  # a 4:3 camera frame: 8 border rows above and below
+    rows = tensor[0] if layout == "NCHW" else tensor[0].transpose(2, 0, 1)
+    assert np.allclose(rows[:, :8], 114 / 255) and np.allclose(rows[:, -8:], 114 / 255)
+    assert np.allclose(rows[:, 8:-8], 200 / 255)
+    assert transform.offset_y == 8
+
+
+@pytest.mark.parametrize(("colour", "channels"), [("RGB", (10, 20, 30)), ("BGR", (30, 20, 10))])
+def test_letterbox_per_channel_pad_value_is_in_the_model_colour_order(colour: str, channels: tuple[int, ...]) -> None:
+    pre = make(
+        InputSpec(shape=(1, 3, 20, 20), layout="NCHW", color_order=colour, resize="letterbox", pad_value=channels)
+    )
+    tensor, _ = pre(np.zeros((10, 20, 3), np.uint8))
+    assert [float(tensor[0, c, 0, 0]) for c in range(3)] == [float(v) for v in channels]
+
+
+def test_letterbox_pad_value_for_a_grey_model_and_uint8_input() -> None:
+    spec = InputSpec(shape=(1, 20, 20, 1), layout="NHWC", color_order="GRAY", resize="letterbox", pad_value=(77,))
+    tensor, _ = make(spec, dtype="uint8")(np.full((10, 20, 3), 255, np.uint8))
+    assert tensor.dtype == np.uint8 and tensor[0, 0, 0, 0] == 77 and tensor[0, 10, 10, 0] == 255
+
+
 def test_crop_fills_the_input_and_maps_back() -> None:
     pre = make(InputSpec(shape=(1, 10, 10, 3), layout="NHWC", resize="crop"))
     frame = np.zeros((10, 30, 3), np.uint8)
