@@ -8,7 +8,7 @@ variants on inputs the model never sees in service.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,10 +50,13 @@ def model_tensors(source: SourceModel) -> tuple[list[TensorSpec], list[TensorSpe
 
 
 def build_input_specs(
-    tensors: Sequence[TensorSpec], spec_file: Path | None, flags: InputFlags
+    tensors: Sequence[TensorSpec], spec_file: Path | None, flags: InputFlags, described: Mapping[str, Any] | None = None
 ) -> tuple[InputSpec, ...]:
-    """One spec per model input: the YAML file's fields, then the flags, then what the model itself says."""
+    """One spec per model input: the flags, then the YAML file's fields, then what the model file describes of its
+    only input (`described`, e.g. an Ultralytics export's metadata), then what its tensors say."""
     given = _read_spec_file(spec_file, len(tensors)) if spec_file else [{} for _ in tensors]
+    if described and len(tensors) == 1:
+        given[0] = {**described, **given[0]}
     if flags.fields():
         if len(tensors) != 1:
             raise ConversionError(

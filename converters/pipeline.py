@@ -48,6 +48,7 @@ from converters.pytorch_source import open_model
 from converters.recovery import needs_recovery, recover_int8
 from converters.report import REPORT_FILES, ConversionReport, VariantResult, write_report
 from converters.sources import SourceModel, first_line
+from converters.ultralytics_exports import model_hints
 from converters.variants import BUILDERS, check_variant_ids, default_variants
 from edge_runtime.errors import BackendUnavailableError
 from edge_runtime.package.loader import ModelPackage, open_package
@@ -222,13 +223,16 @@ def run_reference(source: SourceModel, eval_set: SampleSet, warnings: Warnings) 
 def read_inputs(options: ConvertOptions, warnings: Warnings, scratch: Path) -> Inputs:
     source, source_label = open_model(options.model, options.input_shape, scratch)
     tensors, outputs = model_tensors(source)
-    specs = build_input_specs(tensors, options.input_spec, options.input_flags)
+    hints = model_hints(source, tensors, outputs, warnings)
+    specs = build_input_specs(tensors, options.input_spec, options.input_flags, hints.input_fields)
     names = [t.name for t in tensors]
-    labels = parse_labels(options.labels)
+    labels = parse_labels(options.labels) or hints.labels
+    task_name = hints.task_name(options.task)
+    decoder_name, decoder_params = hints.decoder_choice(options.task, options.decoder, options.decoder_params)
     validation = None
     if options.annotations is not None:
-        task = detection_task(options.task)
-        decoder = parse_decoder(options.decoder, options.decoder_params, labels)
+        task = detection_task(task_name)
+        decoder = parse_decoder(decoder_name, decoder_params, labels)
         check_detection_decoder(decoder, labels)
         step(f"reading annotations {options.annotations}")
         validation = load_annotated_images(options.annotations, options.validation, specs, labels, warnings)
@@ -238,8 +242,8 @@ def read_inputs(options: ConvertOptions, warnings: Warnings, scratch: Path) -> I
             validation = load_validation(options.validation, specs, names, labels)
             labels = labels or validation.class_names
         labelled = bool(labels) or (validation is not None and validation.labels is not None)
-        task = parse_task(options.task, labelled=labelled)
-        decoder = parse_decoder(options.decoder, options.decoder_params, labels)
+        task = parse_task(task_name, labelled=labelled)
+        decoder = parse_decoder(decoder_name, decoder_params, labels)
     calibration = None
     if options.calibration is not None:
         step(f"reading calibration data {options.calibration}")

@@ -152,6 +152,9 @@ def detect_source(path: Path) -> SourceModel:
     if path.is_dir():
         if (path / "saved_model.pb").exists():
             return SourceModel(path=path, kind=SourceKind.SAVED_MODEL)
+        ir_files = sorted(path.glob("*.xml"))
+        if (path / "metadata.yaml").is_file() and len(ir_files) == 1:  # an Ultralytics OpenVINO export folder
+            return detect_source(ir_files[0])
         raise ConversionError(
             f"{path} is a directory without saved_model.pb; give a model file (.onnx, .xml, .tflite, .keras) "
             "or a TensorFlow SavedModel folder"
