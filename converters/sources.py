@@ -89,6 +89,7 @@ _PT2_PAYLOADS = {
 # Protocol 2+ pickles start with the PROTO opcode; zip archives with a data.pkl are torch.save files.
 _PICKLE_MAGIC = b"\x80"
 _ZIP_MAGIC = b"PK\x03\x04"
+_PICKLE_SCAN_BYTES = 1 << 20  # a checkpoint's pickle names the model's classes near its start, before the tensors
 
 
 @dataclass(frozen=True)
@@ -209,10 +210,31 @@ def _is_pickle(path: Path) -> bool:
 
 
 def _pickle_refusal(path: Path) -> str:
+    if _names_ultralytics(path):
+        onnx_file = path.with_suffix(".onnx")
+        return (
+            f"{path} is an Ultralytics checkpoint, a Python pickle; refusing to load it, because unpickling runs "
+            f"arbitrary code from the file. Export it to ONNX with Ultralytics: `yolo export model={path} "
+            f"format=onnx` writes {onnx_file}, and `edge-convert {onnx_file} -o PACKAGE` converts that in one "
+            "command (task, labels, input size and letterbox come from the export's metadata)"
+        )
     return (
         f"{path} is a Python pickle (torch.save / pickle / joblib); refusing to load it, because unpickling "
         f"runs arbitrary code from the file; {HOW_TO_EXPORT}"
     )
+
+
+def _names_ultralytics(path: Path) -> bool:
+    """Whether the pickle names Ultralytics' classes (ultralytics.nn.tasks.DetectionModel, ...), found by reading its
+    bytes, never by unpickling them: torch.save zips hold the pickle in data.pkl, older files are the pickle."""
+    marker = b"ultralytics"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            pickles = [name for name in archive.namelist() if name.endswith("data.pkl")]
+            return any(marker in archive.read(name) for name in pickles)
+    except zipfile.BadZipFile:
+        with path.open("rb") as stream:
+            return marker in stream.read(_PICKLE_SCAN_BYTES)
 
 
 def _exported_program_root(path: Path) -> str | None:

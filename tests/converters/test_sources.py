@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import pickle
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from converters.cli import main
 from converters.errors import ConversionError, VariantSkippedError
 from converters.sources import SourceKind, detect_source
 
@@ -44,6 +47,41 @@ def test_torch_save_zip_archives_are_refused_as_pickles(tmp_path: Path) -> None:
         archive.writestr("checkpoint/version", "3")
     with pytest.raises(ConversionError, match="is a Python pickle"):
         detect_source(path)
+
+
+def _ultralytics_checkpoint(path: Path) -> Path:
+    """A torch.save zip whose pickle names ultralytics.nn.tasks.DetectionModel (never unpickled by the test)."""
+    stream = b"\x80\x02}q\x00X\x05\x00\x00\x00modelq\x01cultralytics.nn.tasks\nDetectionModel\nq\x02s."
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{path.stem}/data.pkl", stream)
+        archive.writestr(f"{path.stem}/version", "3")
+    return path
+
+
+def test_an_ultralytics_checkpoint_is_refused_with_the_export_command(tmp_path: Path) -> None:
+    checkpoint = _ultralytics_checkpoint(tmp_path / "best.pt")
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        assert main([str(checkpoint), "-o", str(tmp_path / "pkg")]) == 2
+    assert "Traceback" not in stderr.getvalue()
+    message = stderr.getvalue()
+    assert f"yolo export model={checkpoint} format=onnx" in message
+    assert f"edge-convert {tmp_path / 'best.onnx'} -o PACKAGE" in message and "runs arbitrary code" in message
+
+
+def test_an_ultralytics_pickle_outside_a_zip_is_recognised_too(tmp_path: Path) -> None:
+    path = tmp_path / "last.pt"
+    path.write_bytes(b"\x80\x02cultralytics.nn.tasks\nDetectionModel\nq\x00.")
+    with pytest.raises(ConversionError, match=r"yolo export model=\S*last\.pt format=onnx"):
+        detect_source(path)
+
+
+def test_other_pickles_keep_the_general_advice_without_yolo(tmp_path: Path) -> None:
+    path = tmp_path / "weights.pt"
+    path.write_bytes(pickle.dumps({"weights": [1.0]}, protocol=4))
+    with pytest.raises(ConversionError) as caught:
+        detect_source(path)
+    assert "torch.onnx.export" in str(caught.value) and "yolo export" not in str(caught.value)
 
 
 def test_torchscript_archives_are_recognised_by_their_code_folder(tmp_path: Path) -> None:
