@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import selectors
+import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +15,7 @@ from paho.mqtt.properties import Properties
 
 from edge_runtime.mqtt.acks import InOrderAcks, Settle, settled
 
-__all__ = ["MessageHandler", "PahoErrors", "RequestHandler", "dispatcher", "wait_quietly"]
+__all__ = ["MessageHandler", "PahoErrors", "RequestHandler", "dispatcher", "read_until_published", "wait_quietly"]
 
 log = logging.getLogger(__name__)
 
@@ -55,3 +58,21 @@ def wait_quietly(info: MQTTMessageInfo, timeout: float) -> None:
     # Not connected any more raises; then the broker's will says "offline" for us.
     with contextlib.suppress(RuntimeError, ValueError):
         info.wait_for_publish(timeout)
+
+
+def read_until_published(client: Client, info: MQTTMessageInfo, timeout: float) -> None:
+    """Read the client's socket until `info` is acknowledged, for a client without a network thread.
+
+    Through epoll, not paho's `loop`, whose select() cannot watch descriptors past 1023, as a process
+    driving hundreds of connections has."""
+    sock = client.socket()
+    if not isinstance(sock, socket.socket):
+        return
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(sock, selectors.EVENT_READ)
+        while not info.is_published() and client.is_connected() and (left := deadline - time.monotonic()) > 0:
+            if client.want_write():
+                client.loop_write()
+            if selector.select(min(left, 0.05)):
+                client.loop_read()

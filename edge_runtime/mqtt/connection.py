@@ -36,11 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from paho.mqtt.client import (
-    Client,
-    ConnectFlags,
-    DisconnectFlags,
-)
+from paho.mqtt.client import Client, ConnectFlags, DisconnectFlags
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -49,7 +45,14 @@ from paho.mqtt.reasoncodes import ReasonCode
 from edge_runtime.backoff import Backoff
 from edge_runtime.errors import ConfigError
 from edge_runtime.mqtt.acks import InOrderAcks
-from edge_runtime.mqtt.callbacks import MessageHandler, PahoErrors, RequestHandler, dispatcher, wait_quietly
+from edge_runtime.mqtt.callbacks import (
+    MessageHandler,
+    PahoErrors,
+    RequestHandler,
+    dispatcher,
+    read_until_published,
+    wait_quietly,
+)
 from edge_runtime.mqtt.capabilities import QosCheck
 from edge_runtime.mqtt.settings import BrokerAddress, MqttSettings
 from edge_runtime.mqtt.tls import configure_tls, describe_failure
@@ -242,9 +245,7 @@ class MqttConnection:
             if self._own_thread:
                 wait_quietly(info, timeout)
             else:  # nobody else reads the acknowledgement: read it here (a broker may drop what a disconnect cuts)
-                deadline = time.monotonic() + timeout
-                while not info.is_published() and self.connected and time.monotonic() < deadline:
-                    self._client.loop(0.05)
+                read_until_published(self._client, info, timeout)
         self._client.disconnect()
         if self._own_thread:
             self._client.loop_stop()
