@@ -7,9 +7,9 @@ BIN    := $(VENV)/bin
 RUNTIME_STAMP := $(VENV)/.runtime-stamp
 STAMP  := $(VENV)/.installed-stamp
 SYSTEM_STAMP := $(VENV)/.system-packages-stamp
-# What the tests run for real: a Mosquitto broker, ffmpeg serving streams, systemd-analyze for the unit file,
-# openssl for the test certificates.
-SYSTEM_PACKAGES := mosquitto ffmpeg systemd openssl
+# What the tests run for real: a Mosquitto broker, three-node RabbitMQ and NATS clusters, ffmpeg serving streams,
+# systemd-analyze for the unit file, openssl for the test certificates.
+SYSTEM_PACKAGES := mosquitto rabbitmq-server nats-server ffmpeg systemd openssl
 
 .PHONY: demo test lint typecheck unit bench clean
 

@@ -10,7 +10,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "edge_runtime"
 STAGES = ("sources", "decoders", "backends", "mqtt", "hardware", "package")
 ABOVE = ("placement", "measure", "serving", "rollout", "control", "service", "commands", "cli")
-ROOT_MODULES = {"__init__.py", "__main__.py", "cli.py", "errors.py", "durable.py"}
+ROOT_MODULES = {"__init__.py", "__main__.py", "cli.py", "errors.py", "durable.py", "backoff.py"}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -34,5 +34,6 @@ def test_a_stage_imports_nothing_from_above_it(stage: str) -> None:
     assert not offending
 
 
-def test_the_root_holds_only_the_command_line_the_package_face_the_errors_and_durable_files() -> None:
+def test_the_root_holds_only_the_command_line_the_package_face_and_what_every_stage_shares() -> None:
+    """Errors, durable files and the reconnect backoff are used by sources, MQTT and the service alike."""
     assert {path.name for path in PACKAGE.glob("*.py")} == ROOT_MODULES
