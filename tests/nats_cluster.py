@@ -348,16 +348,18 @@ mqtt {{
                 raise AssertionError(f"{name} has had no leader for {timeout} s")
             time.sleep(0.2)
 
-    def move_leader(self, name: str, keep: Callable[[int], bool], via: int = 0, tries: int = 10) -> int:
+    def move_leader(self, name: str, keep: Callable[[int], bool], via: int = 0, tries: int = 40) -> int:
         """Step the stream's or capture's leader down until `keep(leader index)` holds (2.9 cannot name the
-        next leader). Only the leader answers a step-down, so one sent mid-election is answered by nobody."""
+        next leader). Only the leader answers a step-down, so one sent mid-election is answered by nobody.
+        Each election picks at random, so a wanted node may take several: 40 tries miss one node of three
+        with a chance of (2/3)^40, about 1e-7."""
         for _ in range(tries):
             leader = self.leader(name, via)
             if keep(leader):
                 return leader
             with contextlib.suppress(nats.errors.TimeoutError):
                 self._run(via, lambda nc: nc.request(self._api("LEADER.STEPDOWN", name), b"", timeout=5))
-            time.sleep(0.5)
+            time.sleep(1.0)
         raise AssertionError(f"{name} still has an unsuitable leader after {tries} step-downs")
 
     def read(self, name: str, via: int = 0, timeout: float = 60.0) -> list[StoredMessage]:

@@ -187,7 +187,7 @@ def test_puback_waits_until_a_majority_of_the_quorum_queue_has_the_message(clust
     info = client.publish("held/message", b"held", qos=1)
     assert not wait_for(info.is_published, timeout=3), "PUBACK sent with only one replica of three running"
     for node in (1, 2):
-        cluster.ctl(node, "start_app")
+        cluster.ctl(node, "start_app", timeout=180)
     assert wait_for(info.is_published, timeout=60), "no PUBACK once the replicas were back"
     close(client)
     assert cluster.collect(queue, lambda got: len(got) >= 1, timeout=10) == [b"held"]

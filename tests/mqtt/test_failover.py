@@ -118,12 +118,13 @@ def test_results_published_while_nodes_die_all_reach_a_node(nodes: list[Mosquitt
     publisher.start()
     try:
         assert connection.wait_connected(10)
+        first_node = _address(nodes[0])
         for index in range(300):
             publisher.publish("edge/box-1/results", json.dumps({"index": index}).encode())
             if index == 100:
                 nodes[0].stop()
-            if index == 200:
-                wait_for(lambda: connection.connected, timeout=10)
+            if index == 200:  # once the box is on another node: the loop takes milliseconds, not seconds
+                assert wait_for(lambda: connection.connected and str(connection.broker) != first_node, timeout=15)
                 next(n for n in nodes if _address(n) == str(connection.broker)).stop()
         assert wait_for(lambda: publisher.stats().spool_messages == 0, timeout=30), publisher.stats()
         assert connection.broker_moves == 2
