@@ -142,18 +142,15 @@ class RabbitMqCluster:
     # -- lifecycle ---------------------------------------------------------------------------------------
 
     def create(self) -> RabbitMqCluster:
-        """Boots every node at once, then joins the others to the first, as an operator would."""
+        """Boots every node at once, then joins the others to the first one by one, as an operator would."""
         self._write_files()
         self._boot(self.nodes)
         first, *others = self.nodes
 
-        def join(node: RabbitMqNode) -> None:
+        for node in others:  # one at a time: nodes joining at once can stall their MQTT plugin's Raft election
             self.ctl(node, "stop_app")
             self.ctl(node, "join_cluster", first.name)
-            self.ctl(node, "start_app")
-
-        with ThreadPoolExecutor(len(others) or 1) as pool:
-            list(pool.map(join, others))
+            self.ctl(node, "start_app", timeout=BOOT_TIMEOUT)
         self._await_rejoined(self.nodes)
         return self
 
