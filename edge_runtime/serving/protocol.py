@@ -27,9 +27,11 @@ __all__ = [
     "DATATYPES",
     "InferRequest",
     "ProtocolError",
+    "RequestBody",
     "datatype_of",
     "encode_response",
     "parse_request",
+    "split_request",
     "tensor_metadata",
 ]
 
@@ -63,6 +65,18 @@ class ProtocolError(Exception):
 
 
 @dataclass(frozen=True)
+class RequestBody:
+    """A request body split once: its JSON header parsed, and a view of the binary data after it.
+
+    The view is not a copy: binary tensors are read from the body's own memory, and where the body is
+    a `bytearray` the arrays made from it are writable, so a backend can read them in place too.
+    """
+
+    document: dict[str, Any]
+    binary: memoryview
+
+
+@dataclass(frozen=True)
 class InferRequest:
     inputs: dict[str, np.ndarray]  # by input name, in the model's dtypes and shapes
     request_id: str | None = None
@@ -92,17 +106,24 @@ def tensor_metadata(spec: TensorSpec, max_batch_size: int) -> dict[str, Any]:
     return {"name": spec.name, "datatype": datatype_of(spec.dtype), "shape": shape}
 
 
-def parse_request(
-    body: bytes, header_length: int | None, specs: Sequence[TensorSpec], max_batch_size: int
-) -> InferRequest:
+def split_request(body: bytes | bytearray | memoryview, header_length: int | None) -> RequestBody:
+    """`body` as its JSON header and binary data; `header_length` is the `Inference-Header-Content-Length`
+    header, present when binary data follows the JSON."""
+    view = memoryview(body)
+    if header_length is None:
+        return RequestBody(_json_object(bytes(view)), view[len(view) :])
+    if header_length < 0 or header_length > len(view):
+        raise ProtocolError(f"{HEADER_LENGTH} is {header_length}, but the body has {len(view)} bytes")
+    return RequestBody(_json_object(bytes(view[:header_length])), view[header_length:])
+
+
+def parse_request(body: RequestBody, specs: Sequence[TensorSpec], max_batch_size: int) -> InferRequest:
     """The request in `body` checked against the model's inputs `specs`.
 
-    `header_length` is the `Inference-Header-Content-Length` header, present when binary data follows
-    the JSON. With `max_batch_size` > 0 the first dimension of every input may be 1..max_batch_size (all
-    inputs the same); otherwise shapes must be the model's, a dynamic dimension taking any size.
+    With `max_batch_size` > 0 the first dimension of every input may be 1..max_batch_size (all inputs
+    the same); otherwise shapes must be the model's, a dynamic dimension taking any size.
     """
-    header, binary = _split(body, header_length)
-    document = _json_object(header)
+    document, binary = body.document, body.binary
     raw_inputs = document.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise ProtocolError("the request has no 'inputs' list")
@@ -169,14 +190,6 @@ def encode_response(
     }
 
 
-def _split(body: bytes, header_length: int | None) -> tuple[bytes, bytes]:
-    if header_length is None:
-        return body, b""
-    if header_length < 0 or header_length > len(body):
-        raise ProtocolError(f"{HEADER_LENGTH} is {header_length}, but the body has {len(body)} bytes")
-    return body[:header_length], body[header_length:]
-
-
 def _json_object(header: bytes) -> dict[str, Any]:
     try:
         document = json.loads(header)
@@ -188,7 +201,7 @@ def _json_object(header: bytes) -> dict[str, Any]:
     return document
 
 
-def _read_input(raw: dict[str, Any], spec: TensorSpec, binary: bytes, offset: int) -> tuple[np.ndarray, int]:
+def _read_input(raw: dict[str, Any], spec: TensorSpec, binary: memoryview, offset: int) -> tuple[np.ndarray, int]:
     name = spec.name
     datatype = raw.get("datatype")
     want = datatype_of(spec.dtype)

@@ -28,7 +28,14 @@ from edge_runtime.placement.model import LoadedModel
 from edge_runtime.serving.batch_choice import BatchChoice
 from edge_runtime.serving.batching import InferenceQueue, QueueFull, RequestTimedOut
 from edge_runtime.serving.metrics import ModelMetrics
-from edge_runtime.serving.protocol import InferRequest, ProtocolError, encode_response, parse_request
+from edge_runtime.serving.protocol import (
+    InferRequest,
+    ProtocolError,
+    RequestBody,
+    encode_response,
+    parse_request,
+    split_request,
+)
 
 __all__ = ["IMAGE_TYPES", "Prepared", "ServedModel", "refusal"]
 
@@ -84,8 +91,11 @@ class ServedModel:
         """0 where requests are not joined into batches."""
         return self.batching.max_batch_size
 
-    def prepare(self, body: bytes, content_type: str, header_length: int | None) -> Prepared:
-        """The request in `body` as model inputs; ProtocolError naming what does not fit."""
+    def prepare(self, body: bytes | bytearray | memoryview, content_type: str, header_length: int | None) -> Prepared:
+        """The request in `body` as model inputs; ProtocolError naming what does not fit.
+
+        Tensors sent as binary data are read from `body`'s own memory: from a writable buffer, as the HTTP
+        endpoint reads a body, they reach the backend without being copied."""
         started = time.perf_counter()
         try:
             return self._prepare(body, content_type, header_length)
@@ -100,13 +110,14 @@ class ServedModel:
         finally:
             self.metrics.responded((time.perf_counter() - started) * 1000)
 
-    def _prepare(self, body: bytes, content_type: str, header_length: int | None) -> Prepared:
+    def _prepare(self, body: bytes | bytearray | memoryview, content_type: str, header_length: int | None) -> Prepared:
         if content_type in IMAGE_TYPES:
-            return self._prepare_image(body)
-        image = _bytes_input(body, header_length)
+            return self._prepare_image(bytes(body))
+        split = split_request(body, header_length)
+        image = _bytes_input(split, header_length is not None)
         if image is not None:
             return self._prepare_image(image)
-        request = parse_request(body, header_length, self.model.inputs, self.max_batch_size)
+        request = parse_request(split, self.model.inputs, self.max_batch_size)
         output_names = [t.name for t in self.model.outputs]
         unknown = [name for name in request.outputs or () if name not in output_names]
         if unknown:
@@ -163,14 +174,9 @@ class ServedModel:
         )
 
 
-def _bytes_input(body: bytes, header_length: int | None) -> bytes | None:
+def _bytes_input(body: RequestBody, binary_follows: bool) -> bytes | None:
     """The image in a request whose only input is a BYTES tensor of one element; None for other requests."""
-    header = body if header_length is None else body[:header_length]
-    try:
-        document = json.loads(header)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None  # parse_request says what is wrong with it
-    inputs = document.get("inputs") if isinstance(document, dict) else None
+    inputs = body.document.get("inputs")
     if not (isinstance(inputs, list) and len(inputs) == 1 and isinstance(inputs[0], dict)):
         return None
     tensor = inputs[0]
@@ -179,8 +185,8 @@ def _bytes_input(body: bytes, header_length: int | None) -> bytes | None:
     if tensor.get("shape") not in ([1], [1, 1]):
         raise ProtocolError("a BYTES input holds one image: its shape must be [1]")
     size = (tensor.get("parameters") or {}).get("binary_data_size")
-    if header_length is not None and isinstance(size, int):
-        element = body[header_length:]
+    if binary_follows and isinstance(size, int):
+        element = bytes(body.binary)
         if size != len(element) or len(element) < 4:
             raise ProtocolError(f"the BYTES input declares {size} bytes, the body has {len(element)}")
         length = int.from_bytes(element[:4], "little")

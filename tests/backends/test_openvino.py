@@ -24,6 +24,7 @@ from edge_runtime.backends.openvino.backend import (
     make_static,
 )
 from edge_runtime.backends.openvino.devices import openvino_core
+from edge_runtime.backends.openvino.runner import shareable
 from edge_runtime.errors import BackendUnavailableError, ConfigError, ModelLoadError, ModelMismatchError
 from edge_runtime.package.manifest import ModelFormat, Precision, read_manifest
 
@@ -301,8 +302,15 @@ def test_infer_converts_inputs_it_cannot_share(tiny_openvino: Path, rng: np.rand
     wide[..., ::2] = image
     (from_strided,) = backend.infer([wide[..., ::2]])
     (from_float64,) = backend.infer([image.astype(np.float64)])
+    unaligned = np.frombuffer(bytearray(image.nbytes + 1), np.float32, image.size, 1).reshape(image.shape)
+    unaligned[...] = image
+    assert not unaligned.flags.aligned and unaligned.flags.writeable
+    assert shareable(unaligned, np.dtype(np.float32)) is not unaligned
+    assert shareable(image, np.dtype(np.float32)) is image
+    (from_unaligned,) = backend.infer([unaligned])
     np.testing.assert_allclose(from_strided, want, atol=1e-7)
     np.testing.assert_allclose(from_float64, want, atol=1e-6)
+    np.testing.assert_array_equal(from_unaligned, want)
     with pytest.raises(ModelMismatchError, match="refused the inputs"):
         backend.infer([image, image])
 

@@ -20,7 +20,8 @@ from edge_runtime.errors import ModelMismatchError
 
 def shareable(array: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     """The caller's array itself when OpenVINO can read it in place, else a converted contiguous copy."""
-    if isinstance(array, np.ndarray) and array.dtype == dtype and array.flags.c_contiguous and array.flags.writeable:
+    flags = array.flags if isinstance(array, np.ndarray) else None
+    if flags is not None and array.dtype == dtype and flags.c_contiguous and flags.writeable and flags.aligned:
         return array
     return np.array(array, dtype=dtype, order="C")
 

@@ -1,0 +1,62 @@
+"""The Open Inference Protocol's request reading: one split of the body, tensors read from its own memory."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from edge_runtime.backends.base import TensorSpec
+from edge_runtime.serving.http import _aligned_buffer
+from edge_runtime.serving.protocol import ProtocolError, parse_request, split_request
+
+SPEC = TensorSpec("image", (None, 3, 4, 4), "float32")
+
+
+def binary_request(array: np.ndarray) -> tuple[bytes, int]:
+    header = {
+        "inputs": [
+            {"name": "image", "shape": list(array.shape), "datatype": "FP32",
+             "parameters": {"binary_data_size": array.nbytes}}
+        ]
+    }  # fmt: skip
+    head = json.dumps(header).encode()
+    return head + array.tobytes(), len(head)
+
+
+def test_binary_tensors_are_read_from_a_writable_body_in_place() -> None:
+    array = np.arange(2 * 3 * 4 * 4, dtype=np.float32).reshape(2, 3, 4, 4)
+    raw, header_length = binary_request(array)
+    body = _aligned_buffer(len(raw), header_length)
+    body[:] = raw
+    request = parse_request(split_request(body, header_length), [SPEC], max_batch_size=8)
+    image = request.inputs["image"]
+    np.testing.assert_array_equal(image, array)
+    assert np.shares_memory(image, np.frombuffer(body, np.uint8))  # not a copy
+    assert image.flags.writeable and image.flags.aligned and image.ctypes.data % 64 == 0
+
+
+def test_binary_tensors_from_immutable_bytes_are_read_alike() -> None:
+    array = np.linspace(-1, 1, 3 * 4 * 4, dtype=np.float32).reshape(1, 3, 4, 4)
+    raw, header_length = binary_request(array)
+    request = parse_request(split_request(raw, header_length), [SPEC], max_batch_size=8)
+    np.testing.assert_array_equal(request.inputs["image"], array)
+    assert not request.inputs["image"].flags.writeable  # a backend copies these before reading them
+
+
+@pytest.mark.parametrize("aligned_at", [0, 1, 63, 64, 173, 1000])
+def test_an_aligned_buffer_puts_the_given_byte_on_a_64_byte_line(aligned_at: int) -> None:
+    buffer = _aligned_buffer(4096, aligned_at)
+    assert len(buffer) == 4096 and not buffer.readonly
+    assert (np.frombuffer(buffer, np.uint8).ctypes.data + aligned_at) % 64 == 0
+
+
+def test_a_header_length_past_the_body_or_a_header_that_is_no_object_is_refused() -> None:
+    raw, header_length = binary_request(np.zeros((1, 3, 4, 4), np.float32))
+    with pytest.raises(ProtocolError, match=f"is {len(raw) + 1}, but the body has {len(raw)} bytes"):
+        split_request(raw, len(raw) + 1)
+    with pytest.raises(ProtocolError, match="must be a JSON object"):
+        split_request(b"[1, 2]", None)
+    with pytest.raises(ProtocolError, match="not valid JSON at line 1"):
+        split_request(raw, header_length - 1)
