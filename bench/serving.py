@@ -4,7 +4,9 @@ Sides (see serving_servers.py), each its own process on a loopback port:
 - edge: edge_runtime's `Serving` (Open Inference Protocol over Starlette/uvicorn, Triton's batching rule);
 - triton: PyTriton 0.5.14, i.e. Triton 2.51's C++ HTTP frontend and dynamic batcher, calling OpenVINO
   from a Python callable, one model instance per infer request OpenVINO plans;
-- naive: FastAPI + uvicorn calling the compiled model once per request.
+- naive: FastAPI + uvicorn calling the compiled model once per request;
+- edge-latency (only when asked for with --sides): edge with the served model's `hint: latency`, one
+  request on every core rather than one stream per core.
 All load the same OpenVINO IR on the CPU at explicit fp32; edge and triton with the same max_batch_size
 and queue delay. Models: MobileNetV2 1.0 at 224×224 (built here with seeded weights, see models.py)
 and the bundled face detector, whose graph cannot be batched (both servers then run requests side by side).
@@ -30,10 +32,11 @@ Goals: edge ≥ 1.0× Triton's capacity, ≥ 2× the naive server's; one at a ti
 synchronous latency + 1 ms. Results: bench/results/serving.json; logs of the servers: bench/results/serving-logs/.
 
 One-time setup, done on first use: bench/.cache/triton-venv, a venv of the base Python with
-nvidia-pytriton==0.5.14 (Triton 2.51.0), the project's OpenVINO version, fastapi, uvicorn, hdrhistogram,
-aiohttp and paho-mqtt (about 1 GB). Triton's Python stub needs libpython: LD_LIBRARY_PATH is set for it.
+nvidia-pytriton==0.5.14 (Triton 2.51.0), the project's OpenVINO version, fastapi, uvicorn[standard] (with
+httptools and uvloop, as FastAPI's own install instructions bring), hdrhistogram, aiohttp and paho-mqtt
+(about 1 GB). Triton's Python stub needs libpython: LD_LIBRARY_PATH is set for it.
 
-    python bench/serving.py [--rounds 3] [--seconds 3] [--models mobilenet_v2 face] [--quick]
+    python bench/serving.py [--rounds 3] [--seconds 3] [--models mobilenet_v2 face] [--sides ...] [--quick]
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
 from serving_harness import LoadGenerator, Model, Server, bench_models, load_average, model_alone  # noqa: E402
 
 SIDES = ("edge", "triton", "naive")
+OPTIONAL_SIDES = ("edge-latency",)  # edge with `hint: latency`: one request on every core
 BOUND_MS = 50.0
 RESULTS = BENCH / "results"
 Probe = Callable[[float], dict[str, Any]]
@@ -298,7 +302,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per probe (after 1 s warm-up)")
     parser.add_argument("--models", nargs="+", default=["mobilenet_v2", "face"], choices=["mobilenet_v2", "face"])
-    parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=SIDES)
+    parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=SIDES + OPTIONAL_SIDES)
     parser.add_argument("--delay-ms", type=float, default=2.0, help="max_queue_delay_ms, for edge and Triton")
     parser.add_argument("--curve", type=float, nargs="+", default=[0.25, 0.5, 0.75, 1.0],
                         help="offered loads, as fractions of the model's own async throughput")  # fmt: skip

@@ -38,7 +38,7 @@ def venv_python() -> Path:
     """The bench's own venv (PyTriton pins numpy and tritonclient versions of its own), made on first use."""
     python = VENV / "bin" / "python"
     stamp = VENV / ".serving-stamp"
-    wanted = f"{PYTRITON} openvino=={version('openvino')} fastapi uvicorn hdrhistogram aiohttp paho-mqtt"
+    wanted = f"{PYTRITON} openvino=={version('openvino')} fastapi uvicorn[standard] hdrhistogram aiohttp paho-mqtt"
     if stamp.is_file() and stamp.read_text() == wanted:
         return python
     print(f"setting up {VENV} (once): {wanted}", flush=True)
@@ -147,10 +147,12 @@ class Server:
         if side.startswith("edge"):
             python, env["PYTHONPATH"] = sys.executable, str(REPO)
             where = ["--package", str(model.package)]
+            if side == "edge-latency":
+                where += ["--hint", "latency"]
         else:
             python, env["LD_LIBRARY_PATH"] = str(venv_python()), libpython_dir()
             where = ["--xml", str(model.xml)]
-        command = [python, str(BENCH / "serving_servers.py"), side, "--name", model.name, *where]
+        command = [python, str(BENCH / "serving_servers.py"), side.split("-")[0], "--name", model.name, *where]
         command += [
             "--port",
             str(self.port),

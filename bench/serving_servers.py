@@ -73,6 +73,7 @@ def serve_edge(args: argparse.Namespace) -> None:
         "backend": "openvino",
         "variant": "openvino/fp32",
         "precision": "fp32",
+        **({"hint": args.hint} if args.hint else {}),
         "batching": {
             "max_batch_size": args.max_batch_size,
             "max_queue_delay_ms": args.delay_ms,
@@ -191,6 +192,7 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=2.0)
     parser.add_argument("--mqtt-port", type=int, help="edge: also answer MQTT requests via this broker")
     parser.add_argument("--device-id", default="bench-box")
+    parser.add_argument("--hint", choices=["latency", "throughput"], help="edge: the served model's hint")
     args = parser.parse_args()
     {"edge": serve_edge, "triton": serve_triton, "naive": serve_naive}[args.side](args)
 
