@@ -119,7 +119,10 @@ class ImagePreprocessor:
             canvas = canvas.reshape(self.height, self.width, frame.shape[2])
         else:
             canvas = resized[-off_y : -off_y + self.height, -off_x : -off_x + self.width]
-        return canvas, FrameTransform(src_w, src_h, scale, scale, off_x, off_y, self.width, self.height)
+        # the picture's real scale on each axis: its sides were rounded to whole pixels (451 x 300 into 320 x 320 gives
+        # 320 x 213, 0.7095 across and 0.7100 down), as Ultralytics maps its boxes back too
+        scale_x, scale_y = new_w / src_w, new_h / src_h
+        return canvas, FrameTransform(src_w, src_h, scale_x, scale_y, off_x, off_y, self.width, self.height)
 
     def _to_float(self, image: np.ndarray) -> np.ndarray:
         """`image * scale + offset` in float32, computed straight into a tensor in the model's layout.

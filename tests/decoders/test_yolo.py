@@ -65,6 +65,23 @@ def test_v8_output_keeps_two_boxes_and_maps_them_to_source_pixels() -> None:
     assert result.to_dict()["detections"][0] == {"label": "person", "score": 0.9, "box": [300.0, 120.0, 500.0, 520.0]}
 
 
+def test_boxes_on_a_frame_whose_letterbox_rounds_map_back_exactly() -> None:
+    """451 x 300 letterboxed into 320 x 320 fills 320 x 213 from row 53: rows scale by 213/300, columns by 320/451,
+    so model rows 124..195 are source rows 100..200 (the single scale 320/451 would give 100.07..200.13)."""
+    spec = InputSpec(shape=(1, 3, 320, 320), layout="NCHW", resize="letterbox", color_order="RGB")
+    _, transform = ImagePreprocessor(spec, TensorSpec("images", spec.shape, "float32"))(
+        np.zeros((300, 451, 3), np.uint8)
+    )
+    box = (160.0, 159.5, 320 / 451 * 200, 71.0)  # x 89.07..230.93, y 124..195
+    output = np.asarray([[*box, 0.9, 0.0, 0.0]], np.float32).T[np.newaxis]
+    result = make_decoder("yolo", {}, LABELS).decode(
+        [output], [TensorSpec("output0", output.shape, "float32")], transform
+    )
+    assert isinstance(result, Detections)
+    (person,) = result.detections
+    assert person.box == pytest.approx((125.5, 100.0, 325.5, 200.0), abs=1e-3)
+
+
 def test_v8_rows_not_transposed_are_recognised_by_the_label_count() -> None:
     assert_person_and_car(decode({"layout": "v8"}, v8_rows()[np.newaxis]))
 

@@ -37,6 +37,22 @@ def test_letterbox_pads_and_maps_back() -> None:
     assert np.allclose(x, [0, 200]) and np.allclose(y, [0, 50])
 
 
+@pytest.mark.parametrize("resize", ["letterbox", "crop"])
+def test_each_axis_maps_back_with_the_scale_its_rounded_side_got(resize: str) -> None:
+    """451 x 300 into 320 x 320 resizes to 320 x 213 (letterbox) or 481 x 320 (crop): across and down the picture is
+    scaled by slightly different factors, and a point maps back by its own axis' factor, as Ultralytics maps boxes."""
+    pre = make(InputSpec(shape=(1, 3, 320, 320), layout="NCHW", resize=resize))
+    _, transform = pre(np.zeros((300, 451, 3), np.uint8))
+    new_w, new_h = (320, 213) if resize == "letterbox" else (481, 320)
+    assert (transform.scale_x, transform.scale_y) == (new_w / 451, new_h / 300)
+    assert (transform.offset_x, transform.offset_y) == ((320 - new_w) // 2, (320 - new_h) // 2)
+    # source pixel (400, 250) lies at offset + source * scale in the model input, per axis
+    model_x = transform.offset_x + 400 * new_w / 451
+    model_y = transform.offset_y + 250 * new_h / 300
+    x, y = transform.to_source(np.array([model_x / 320]), np.array([model_y / 320]))
+    assert x[0] == pytest.approx(400, abs=1e-9) and y[0] == pytest.approx(250, abs=1e-9)
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_letterbox_border_has_the_spec_pad_value(layout: str) -> None:
     shape = (1, 3, 64, 64) if layout == "NCHW" else (1, 64, 64, 3)
