@@ -1,4 +1,4 @@
-# Quick start on a fresh Debian/Ubuntu machine:  make demo   |   make test
+# Quick start on a fresh Debian/Ubuntu machine:  make demo   |   make test   |   make test-peers
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -11,7 +11,17 @@ SYSTEM_STAMP := $(VENV)/.system-packages-stamp
 # systemd-analyze for the unit file, openssl for the test certificates.
 SYSTEM_PACKAGES := mosquitto rabbitmq-server nats-server ffmpeg systemd openssl
 
-.PHONY: demo test lint typecheck unit bench clean
+# make test-peers checks edge_runtime against Ultralytics' own predict in a separate environment, since Ultralytics
+# needs torchvision, which does not install beside the main one's torch: PyTorch with torchvision, Ultralytics (pinned,
+# so its exports and predict stay the ones checked), everything its ONNX and OpenVINO exporters would otherwise install
+# at run time, and the runtime with those two backends (about 6.5 GB).
+PEERS_VENV  := .venv-peers
+PEERS_BIN   := $(PEERS_VENV)/bin
+PEERS_STAMP := $(PEERS_VENV)/.installed-stamp
+PEERS_PACKAGES := torch==2.14.1 torchvision==0.29.1 ultralytics==8.4.190 'onnx>=1.12,<2' 'onnxslim>=0.1.82' \
+	pytest pytest-timeout scikit-image
+
+.PHONY: demo test test-peers lint typecheck unit bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || ./scripts/ensure-system-packages.sh python3-venv
@@ -47,9 +57,21 @@ unit: $(STAMP) $(SYSTEM_STAMP)
 
 test: lint typecheck unit
 
+$(PEERS_BIN)/python:
+	@$(PYTHON) -m venv --help >/dev/null 2>&1 || ./scripts/ensure-system-packages.sh python3-venv
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_BIN)/python -m pip install --quiet --upgrade pip
+
+$(PEERS_STAMP): pyproject.toml Makefile | $(PEERS_BIN)/python
+	$(PEERS_BIN)/python -m pip install --quiet -e '.[openvino,onnx]' $(PEERS_PACKAGES)
+	@touch $@
+
+test-peers: $(PEERS_STAMP)
+	$(PEERS_BIN)/pytest tests/peers
+
 bench: $(STAMP)
 	$(BIN)/python bench/backend_overhead.py
 	$(BIN)/python bench/quantized_speed.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS_VENV) .pytest_cache .mypy_cache .ruff_cache

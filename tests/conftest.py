@@ -77,3 +77,8 @@ def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
     """A real Mosquitto broker on free loopback ports (anonymous, no persistence), stopped after the test."""
     with Mosquitto(tmp_path / "broker") as broker:
         yield broker
+
+
+# tests/peers compares edge_runtime with other projects' own code, which this environment does not have:
+# `make test-peers` runs it from its own environment (.venv-peers), by naming it.
+collect_ignore = ["peers"]
