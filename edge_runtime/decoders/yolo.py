@@ -61,15 +61,19 @@ class YoloDecoder(Decoder):
         [values] = dequantize([raw], [spec])
         rows, objectness = self._rows(values)
         class_scores = rows[:, 5:] * rows[:, 4:5] if objectness else rows[:, 4:]
-        classes = class_scores.argmax(axis=1)
-        scores = class_scores[np.arange(len(rows)), classes]
-        keep = np.flatnonzero(scores >= self.params.min_score)
+        # Each candidate's best score first, over all of them; which class it is only for those above the
+        # threshold. A v8 head's rows are a transposed view, along which `max` reads fast and `argmax` and
+        # a gather by index do not: for 8,400 candidates and 80 classes, 0.05 ms against 0.56 ms.
+        best = class_scores.max(axis=1)
+        keep = np.flatnonzero(best >= self.params.min_score)
         if keep.size == 0:
             return Detections()
+        scores = best[keep]
+        classes = class_scores[keep].argmax(axis=1)
         corners = self._normalised_corners(rows[keep, :4], transform)
-        chosen = self._suppress(corners, scores[keep], classes[keep])
+        chosen = self._suppress(corners, scores, classes)
         return Detections(
-            tuple(self._detection(corners[i], float(scores[keep][i]), int(classes[keep][i]), transform) for i in chosen)
+            tuple(self._detection(corners[i], float(scores[i]), int(classes[i]), transform) for i in chosen)
         )
 
     def _rows(self, values: np.ndarray) -> tuple[np.ndarray, bool]:
