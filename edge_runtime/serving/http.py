@@ -107,6 +107,7 @@ def build_app(models: Mapping[str, ServedModel], token: str | None, limits: Http
                 "parameters": {
                     "device": runs_on.device,
                     "precision": runs_on.precision,
+                    **({"hint": runs_on.details["hint"]} if runs_on.details.get("hint") else {}),
                     "variant": model.model.variant_id,
                     "max_batch_size": model.max_batch_size,
                     "batching": "joined into batches" if model.max_batch_size > 0 else "concurrent requests",

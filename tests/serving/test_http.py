@@ -62,6 +62,22 @@ def test_tritonclient_sees_a_live_server_and_the_models_metadata(classifier: Ser
     assert triton_client.get_server_metadata()["extensions"] == ["binary_tensor_data"]
 
 
+def test_a_served_model_takes_the_throughput_hint_unless_its_config_names_one(
+    start_serving: StartServing, face_package: Path
+) -> None:
+    served = start_serving(
+        [
+            {"name": "streams", "path": str(face_package), "backend": "openvino"},
+            {"name": "one-at-a-time", "path": str(face_package), "backend": "openvino", "hint": "latency"},
+        ]
+    )
+    for name, hint in (("streams", "throughput"), ("one-at-a-time", "latency")):
+        metadata = client(served).get_model_metadata(name)
+        assert metadata["parameters"]["hint"] == hint
+        assert served.models[name].model.backend.runs_on.details["hint"] == hint
+    assert served.models["streams"].model is not served.models["one-at-a-time"].model
+
+
 @pytest.mark.parametrize("binary", [True, False])
 def test_infer_gives_what_the_model_gives_run_directly(
     classifier: Serving, batch_classifier: Path, binary: bool
