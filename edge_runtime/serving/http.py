@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import numpy as np
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -186,6 +186,9 @@ async def _read_body(request: Request, limits: HttpLimits, binary_at: int) -> me
         await asyncio.wait_for(collect(), limits.read_timeout_s)
     except asyncio.TimeoutError:
         raise _Refused(408, f"the body did not arrive within {limits.read_timeout_s:g} s") from None
+    except ClientDisconnect:  # nobody is left to answer; the answer is dropped with the connection
+        log.debug("a client hung up after %d bytes of its body", filled)
+        raise _Refused(400, f"the client hung up after {filled} bytes of its body") from None
     return memoryview(body)[:filled]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import logging
 import socket
 import time
 from collections.abc import Callable
@@ -233,6 +234,30 @@ def test_a_client_that_sends_its_body_too_slowly_is_dropped(
         started = time.monotonic()
         answer = sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 408") and time.monotonic() - started < 5
+
+
+def test_a_client_that_hangs_up_mid_body_leaves_no_traceback(
+    start_serving: StartServing, batch_classifier: Path
+) -> None:
+    serving = start_serving([{"name": "classifier", "path": str(batch_classifier)}])
+    assert serving.port is not None
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    uvicorn_log = logging.getLogger("uvicorn.error")  # where uvicorn reports what an application raised
+    uvicorn_log.addHandler(handler)
+    try:
+        for sent in (0, 10, 600):
+            with socket.create_connection(("127.0.0.1", serving.port)) as hanging_up:
+                head = b"POST /v2/models/classifier/infer HTTP/1.1\r\nHost: box\r\nContent-Length: 1000\r\n\r\n"
+                hanging_up.sendall(head + b"{" * sent)
+                time.sleep(0.1)
+        time.sleep(0.3)
+        status, _, _ = post(serving, "/v2/models/classifier/infer", b'{"inputs": [')
+    finally:
+        uvicorn_log.removeHandler(handler)
+    assert status == 400  # still answering
+    assert [r.getMessage() for r in records if r.levelno >= logging.ERROR or r.exc_info] == []
 
 
 def test_a_token_guards_everything_but_health(start_serving: StartServing, batch_classifier: Path) -> None:
