@@ -42,7 +42,6 @@ __all__ = ["HttpLimits", "build_app"]
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Request], Awaitable[Response]]
-IMAGE_TYPES = ("image/jpeg", "image/png", "image/jpg")
 OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")
 ALIGNMENT = 64
 

@@ -69,7 +69,8 @@ class RequestBody:
     """A request body split once: its JSON header parsed, and a view of the binary data after it.
 
     The view is not a copy: binary tensors are read from the body's own memory, and where the body is
-    a `bytearray` the arrays made from it are writable, so a backend can read them in place too.
+    writable (as the HTTP endpoint reads it) so are the arrays made from it, so a backend can read them
+    in place too.
     """
 
     document: dict[str, Any]

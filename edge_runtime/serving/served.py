@@ -112,7 +112,7 @@ class ServedModel:
 
     def _prepare(self, body: bytes | bytearray | memoryview, content_type: str, header_length: int | None) -> Prepared:
         if content_type in IMAGE_TYPES:
-            return self._prepare_image(bytes(body))
+            return self._prepare_image(body)
         split = split_request(body, header_length)
         image = _bytes_input(split, header_length is not None)
         if image is not None:
@@ -131,7 +131,7 @@ class ServedModel:
         named = dict(zip((t.name for t in self.model.outputs), outputs, strict=True))
         return encode_response(self.name, self.version, prepared.request, named)
 
-    def _prepare_image(self, image: bytes) -> Prepared:
+    def _prepare_image(self, image: bytes | bytearray | memoryview) -> Prepared:
         started = time.perf_counter()
         tensor, transform = self.image_tensor(image)
         return Prepared([tensor], None, transform, started, (time.perf_counter() - started) * 1000)
@@ -140,7 +140,7 @@ class ServedModel:
     def takes_images(self) -> bool:
         return self.model.input_specs[0].spatial_size is not None and len(self.model.inputs) == 1
 
-    def image_tensor(self, encoded: bytes) -> tuple[np.ndarray, Any]:
+    def image_tensor(self, encoded: bytes | bytearray | memoryview) -> tuple[np.ndarray, Any]:
         """The image's model input and its transform back to the image's pixels; ProtocolError if it is no image."""
         if not self.takes_images:
             raise ProtocolError(f"model {self.name} takes no images: send its input tensors")
