@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from broker import Mosquitto
@@ -43,6 +44,34 @@ def test_the_highest_qos_is_learnt_at_connect(qos1_broker: Mosquitto, protocol: 
         assert connection.wait_connected(10)
         assert wait_for(lambda: connection.qos.maximum is not None, timeout=5)
         assert (connection.qos.maximum, connection.qos.source) == (1, source)
+    finally:
+        connection.stop()
+
+
+def test_qos2_is_never_allowed_while_the_probe_is_answered(qos1_broker: Mosquitto) -> None:
+    """The publisher's thread asks `allows(2)` at any moment: also while paho's thread is between reading the
+    probe's SUBACK and recording its answer, when a yes would send QoS 2 to a broker that closes the connection
+    over it. What `allows(2)` says as the probe's SUBSCRIBE and UNSUBSCRIBE leave is recorded."""
+    connection = _connection(qos1_broker, "3.1.1", wanted=True)
+    client = connection._client
+    seen: list[tuple[str, bool | None]] = []
+    subscribe, unsubscribe = client.subscribe, client.unsubscribe
+
+    def recording_subscribe(topic: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(("subscribe", connection.qos.allows(2)))
+        return subscribe(topic, *args, **kwargs)
+
+    def recording_unsubscribe(topic: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(("unsubscribe", connection.qos.allows(2)))
+        return unsubscribe(topic, *args, **kwargs)
+
+    client.subscribe = recording_subscribe  # type: ignore[method-assign]
+    client.unsubscribe = recording_unsubscribe  # type: ignore[method-assign]
+    connection.start()
+    try:
+        assert connection.wait_connected(10)
+        assert wait_for(lambda: ("unsubscribe", False) in seen or ("unsubscribe", True) in seen, timeout=5), seen
+        assert seen == [("subscribe", None), ("unsubscribe", False)]
     finally:
         connection.stop()
 
