@@ -391,6 +391,12 @@ class MqttConnection:
             return  # said already, with the broker's reason
         else:  # e.g. a TLS 1.3 broker that wanted a client certificate says so only after the handshake
             self.last_error = f"broker {address} closed the connection before accepting it: {cause}"
+            tls = self.settings.tls
+            if tls is not None and tls.cert_file is None and "certificate required" not in cause:
+                # Its alert saying so can be lost when it closes the socket with our CONNECT still unread.
+                self.last_error += (
+                    "; if the broker requires a client certificate, set mqtt.tls.cert_file and mqtt.tls.key_file"
+                )
         log.warning("MQTT: %s; %s", self.last_error, self._next_attempt(delay))
 
     def _on_subscribe(
