@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.publisher import Publisher
@@ -22,6 +23,25 @@ from edge_runtime.mqtt.spool import Spool
 from edge_runtime.mqtt.topics import Topics
 
 TICK_S = 0.5  # keepalive and reconnect checks per box; the backoff's own delays are seconds long
+
+
+class LedgerSpool(Spool):
+    """The daemon's spool, noting when each message was put and when the broker acknowledged it: after a loss,
+    what the box believed of each lost result (acknowledged or not, by which node, when) is on record."""
+
+    def __init__(self, path: Path, **options: Any) -> None:
+        super().__init__(path, **options)
+        self.put_ids: list[int] = []  # in put order
+        self.acked_at: dict[int, float] = {}  # spool id -> wall-clock time of its first acknowledgement
+
+    def put(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> int:
+        message_id = super().put(topic, payload, qos, retain)
+        self.put_ids.append(message_id)
+        return message_id
+
+    def ack(self, message_id: int) -> None:
+        self.acked_at.setdefault(message_id, time.time())
+        super().ack(message_id)
 
 
 @dataclass
@@ -34,13 +54,25 @@ class SimulatedBox:
     produced: int = 0
     step_at: float = 0.0  # when the publisher asked to be called again
     tick_at: float = 0.0
+    connects: list[tuple[float, str]] = field(default_factory=list)  # wall-clock time and node of each connect
 
     @classmethod
     def open(cls, device_id: str, settings: MqttSettings, spool_dir: Path) -> SimulatedBox:
         connection = MqttConnection(settings, device_id)
-        spool = Spool(spool_dir / f"{device_id}.sqlite", background_flush=False)
+        spool = LedgerSpool(spool_dir / f"{device_id}.sqlite", background_flush=False)
         publisher = Publisher(connection, spool, settings.spool)
-        return cls(device_id, connection, spool, publisher, Topics(settings.topic_prefix, device_id))
+        box = cls(device_id, connection, spool, publisher, Topics(settings.topic_prefix, device_id))
+        connection.add_connect_listener(lambda _: box.connects.append((time.time(), str(connection.broker))))
+        return box
+
+    def ledger(self) -> dict[str, Any]:
+        """What this box knows of its results: when each (by index) was acknowledged, and where it connected."""
+        assert isinstance(self.spool, LedgerSpool)
+        acked_at = self.spool.acked_at
+        return {
+            "acked_at": [acked_at.get(message_id) for message_id in self.spool.put_ids],
+            "connects": self.connects,
+        }
 
     def publish_result(self, pipeline: str, message: dict[str, object]) -> None:
         self.publisher.publish(self.topics.result(pipeline), json.dumps(message).encode())

@@ -14,7 +14,8 @@ Protocol with the parent, one JSON object per stdout line:
 - then it keeps driving until every spool is empty, stops each box (it says "offline" and waits for the
   broker's acknowledgement, as a stopping daemon does), and prints `{"report": {...}}`: per box how many results
   it produced, and the totals (reconnects, node moves, re-sends) the parent reports beside what its
-  consumer received.
+  consumer received. Each box's ledger (when each result was acknowledged, where the box connected) goes
+  to the `--ledger` file, which the parent reads only to explain a loss.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rotate-hosts", action="store_true", help="box n prefers node n mod len(hosts)")
     parser.add_argument("--rate", type=float, default=0.5, help="results per second per box")
     parser.add_argument("--spool-dir", type=Path, required=True)
+    parser.add_argument("--ledger", type=Path, required=True, help="where each box's ledger is written, as JSON")
     parser.add_argument("--connect-timeout", type=float, default=120.0)
     parser.add_argument("--settle-timeout", type=float, default=120.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -187,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         produce_until(driver, boxes, args.rate, stop, args.seed)
         settled = settle(driver, boxes, args.settle_timeout)
         figures = report(boxes, settled, started, ready_s)
+        args.ledger.write_text(json.dumps({box.device_id: box.ledger() for box in boxes}))
         driver.close()  # each box says "offline" and waits for the broker's acknowledgement, as a daemon does
         emit({"report": figures})
         return 0 if settled else 1

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,8 +49,10 @@ class FleetProcess:
     ) -> None:
         self.name = name
         self.log_path = work / f"fleet-{name}.log"
+        self.ledger_path = work / f"ledger-{name}.json"
         options = {"--name": name, "--count": count, "--hosts": ",".join(hosts), "--protocol": protocol,
-                   "--rate": rate, "--spool-dir": work / f"spool-{name}", "--seed": seed}  # fmt: skip
+                   "--rate": rate, "--spool-dir": work / f"spool-{name}", "--seed": seed,
+                   "--ledger": self.ledger_path}  # fmt: skip
         command = [sys.executable, str(FLEET_SCRIPT), *(str(part) for option in options.items() for part in option)]
         if rotate:
             command.append("--rotate-hosts")
@@ -114,6 +117,41 @@ class Fleet:
     def close(self) -> None:
         for process in self.processes:
             process.close()
+
+    def ledgers(self) -> dict[str, dict[str, Any]]:
+        """Every box's ledger (see `SimulatedBox.ledger`), as the processes wrote them when they stopped."""
+        ledgers: dict[str, dict[str, Any]] = {}
+        for process in self.processes:
+            with contextlib.suppress(OSError, json.JSONDecodeError):
+                ledgers |= json.loads(process.ledger_path.read_text())
+        return ledgers
+
+
+def explain_losses(
+    lost: set[tuple[str, int]],
+    ledgers: dict[str, dict[str, Any]],
+    daemons: dict[str, DaemonProcess],
+    outage_at: float,
+    limit: int = 20,
+) -> str:
+    """One line per lost result (the first `limit`): did its box count an acknowledgement for it, from which
+    node and when, and where the box was connected over the run; times are seconds from the outage. A real
+    daemon keeps no ledger: its MQTT log lines are given instead."""
+    lines = []
+    for device, index in sorted(lost)[:limit]:
+        ledger = ledgers.get(device)
+        if ledger is None:
+            said = [line for line in daemons[device].log.splitlines() if "MQTT" in line] if device in daemons else []
+            lines.append(f"{device} #{index}: no ledger; its MQTT log lines:\n  " + "\n  ".join(said[-10:]))
+            continue
+        acked = ledger["acked_at"][index] if index < len(ledger["acked_at"]) else None
+        connects = [(round(t - outage_at, 1), node) for t, node in ledger["connects"]]
+        node = next((n for t, n in reversed(ledger["connects"]) if acked is not None and t <= acked), None)
+        said = "never acknowledged" if acked is None else f"acknowledged by {node} at {acked - outage_at:+.2f} s"
+        lines.append(f"{device} #{index}: {said}; connects (s, node): {connects}")
+    if len(lost) > limit:
+        lines.append(f"... and {len(lost) - limit} more")
+    return "\n".join(lines)
 
 
 def write_daemon_config(path: Path, device_id: str, mqtt: dict[str, Any], clip: Path) -> Path:
@@ -337,18 +375,25 @@ def summarize(
     return figures
 
 
-def check(figures: dict[str, Any], reports: list[dict[str, Any]], daemons: dict[str, DaemonProcess]) -> None:
-    """The assertions both tests share, each naming the counts it compares."""
+def check(
+    figures: dict[str, Any],
+    reports: list[dict[str, Any]],
+    daemons: dict[str, DaemonProcess],
+    explain: Callable[[], str] = str,
+) -> None:
+    """The assertions both tests share, each naming the counts it compares; `explain()` adds what is known of
+    the lost results to a loss's message."""
     unsettled = [(r["spool_left"], r["unsettled"][:5]) for r in reports if not r["settled"]]
     assert not unsettled, f"simulated boxes kept results in their spools (count, first boxes): {unsettled}"
     for name, daemon in daemons.items():
         assert "every result reached the broker" in daemon.log, f"{name} did not drain its spool:\n{daemon.log[-3000:]}"
         connects = figures["daemons"][name]["connects"]
         assert connects >= 2, f"{name} connected {connects} time(s): it did not live through the outage"
-    assert figures["lost"] == 0, (
-        f"{figures['lost']} of {figures['produced']} results lost ({figures['delivered']} delivered, "
-        f"{figures['duplicated']} duplicates)"
-    )
+    if figures["lost"]:
+        raise AssertionError(
+            f"{figures['lost']} of {figures['produced']} results lost ({figures['delivered']} delivered, "
+            f"{figures['duplicated']} duplicates)\n{explain()}"
+        )
     assert figures["unexpected"] == 0, f"{figures['unexpected']} results delivered that no box reported producing"
     assert figures["conflicting_ids"] == 0, f"{figures['conflicting_ids']} (device, index) pairs with two ids"
     assert figures["simulated"]["dropped"] == 0, f"spools dropped {figures['simulated']['dropped']} results"

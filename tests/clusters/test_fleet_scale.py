@@ -15,6 +15,7 @@ DIR/fleet-rabbitmq-cluster.json.
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import threading
 import time
@@ -39,6 +40,7 @@ from fleet_harness import (
     check,
     connections_per_port,
     expected_results,
+    explain_losses,
     summarize,
     write_daemon_config,
 )
@@ -139,6 +141,16 @@ def test_a_thousand_boxes_on_a_rabbitmq_cluster_lose_nothing_when_a_node_is_kill
             "connections_after": {f"node{n.index + 1}": after[n.mqtt_port] for n in cluster.nodes},
         }
 
+    def inspect(lost: set[tuple[str, int]]) -> str:
+        """Whether the lost results are still in the quorum queue (the reader missed them) or gone (the broker
+        lost them), and each queue's counts and replicas."""
+        for consumer in consumers:
+            consumer.close()
+        left = {(m["device_id"], m["index"]) for m in map(json.loads, cluster.drain(results))}
+        queues = cluster.ctl(next(n for n in cluster.nodes if n.running), "list_queues", "name", "messages",
+                             "messages_unacknowledged", "leader", "members", "online", timeout=30)  # fmt: skip
+        return f"{len(lost & left)} of the {len(lost)} lost results are still in {results}:\n{queues}"
+
     hosts = [f"127.0.0.1:{port}" for port in cluster.mqtt_ports]
     try:
         run_fleet(
@@ -151,6 +163,7 @@ def test_a_thousand_boxes_on_a_rabbitmq_cluster_lose_nothing_when_a_node_is_kill
             hosts=hosts,
             protocol="3.1.1",
             rotate=True,
+            inspect=inspect,
         )
     finally:
         for consumer in consumers:
@@ -173,8 +186,11 @@ def run_fleet(
     hosts: list[str],
     protocol: str,
     rotate: bool,
+    inspect: Callable[[set[tuple[str, int]]], str] | None = None,
 ) -> dict[str, Any]:
-    """Daemons and fleet up, publish, `outage()` at OUTAGE_AT_S, publish until RUN_S, drain, count, assert."""
+    """Daemons and fleet up, publish, `outage()` at OUTAGE_AT_S, publish until RUN_S, drain, count, assert.
+
+    After a loss, `inspect(lost)` says what the broker still holds of the lost results."""
     clip = write_clip(work / "clip.mp4", photo, DAEMON_FRAMES, fps=DAEMON_FPS)
     mqtt: dict[str, Any] = {"hosts": hosts, "protocol": protocol}
     daemons: dict[str, DaemonProcess] = {}
@@ -188,6 +204,7 @@ def run_fleet(
         fleet.wait_ready(timeout=180)
         ready = time.monotonic()
         time.sleep(max(0.0, ready + OUTAGE_AT_S - time.monotonic()))
+        outage_at = time.time()
         extra = outage()
         time.sleep(max(5.0, ready + RUN_S - time.monotonic()))
         extra["publishing_s"] = round(time.monotonic() - ready, 1)
@@ -199,7 +216,13 @@ def run_fleet(
         devices = {device for device, _ in expected}
         statuses_settled = _wait(lambda: _all_offline(tally, devices), timeout=30)
         figures = summarize(label, tally, expected, reports, sampler, daemons, extra)
-        check(figures, reports, daemons)
+
+        def explain() -> str:
+            lost = expected - tally.snapshot().keys()
+            text = explain_losses(lost, fleet.ledgers(), daemons, outage_at)
+            return f"{text}\n{inspect(lost)}" if inspect is not None else text
+
+        check(figures, reports, daemons, explain)
         tally.validate_samples()
         last = tally.statuses_now()
         online = sorted(d for d in devices if last.get(d) != "offline")
