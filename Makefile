@@ -48,12 +48,20 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Every run of the suite leaves its JUnit XML report and its whole log here (make test: pytest.xml and pytest.log,
+# make test-peers: peers.xml and peers.log), so the first failure of a run can be read after the fact.
+TEST_REPORTS ?= test-reports
+PYTEST_REPORT = --junitxml=$(TEST_REPORTS)/$(1).xml -o junit_logging=all -o junit_log_passing_tests=false \
+	--durations=15 2>&1 | tee $(TEST_REPORTS)/$(1).log
+
 $(SYSTEM_STAMP): $(STAMP)
 	./scripts/ensure-system-packages.sh $(SYSTEM_PACKAGES)
 	@touch $@
 
+unit: SHELL := /bin/bash
 unit: $(STAMP) $(SYSTEM_STAMP)
-	$(BIN)/pytest
+	@mkdir -p $(TEST_REPORTS)
+	set -o pipefail; $(BIN)/pytest $(call PYTEST_REPORT,pytest)
 
 test: lint typecheck unit
 
@@ -66,12 +74,14 @@ $(PEERS_STAMP): pyproject.toml Makefile | $(PEERS_BIN)/python
 	$(PEERS_BIN)/python -m pip install --quiet -e '.[openvino,onnx]' $(PEERS_PACKAGES)
 	@touch $@
 
+test-peers: SHELL := /bin/bash
 test-peers: $(PEERS_STAMP)
-	$(PEERS_BIN)/pytest tests/peers
+	@mkdir -p $(TEST_REPORTS)
+	set -o pipefail; $(PEERS_BIN)/pytest tests/peers $(call PYTEST_REPORT,peers)
 
 bench: $(STAMP)
 	$(BIN)/python bench/backend_overhead.py
 	$(BIN)/python bench/quantized_speed.py
 
 clean:
-	rm -rf $(VENV) $(PEERS_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS_VENV) $(TEST_REPORTS) .pytest_cache .mypy_cache .ruff_cache
