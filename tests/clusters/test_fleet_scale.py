@@ -297,13 +297,15 @@ class AmqpConsumer:
         try:
             channel = connection.channel()
             channel.basic_qos(prefetch_count=500)
-            unacked = 0
+            unacked, counted = 0, 0
             for method, _, body in channel.consume(self._queue, inactivity_timeout=0.3):
                 if method is not None:
                     self._handle(method.routing_key, body)
-                    unacked += 1
+                    unacked, counted = unacked + 1, method.delivery_tag
                 if unacked and (method is None or unacked >= 200):
-                    channel.basic_ack(delivery_tag=0, multiple=True)  # all delivered so far
+                    # Up to the last one counted, never "all delivered" (tag 0): pika holds deliveries the
+                    # loop has not reached yet, and they would be lost if this connection died next.
+                    channel.basic_ack(delivery_tag=counted, multiple=True)
                     unacked = 0
                 if self._stop.is_set():
                     break
