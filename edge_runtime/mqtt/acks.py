@@ -10,6 +10,7 @@ many unanswered requests with it. MQTT requires PUBACKs in the order the PUBLISH
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,9 +36,11 @@ class InOrderAcks:
         self._send = send  # the client's ack(mid, qos)
         self._lock = threading.Lock()
         self._waiting: deque[_Waiting] = deque()
+        self.last_received = 0.0  # monotonic time of the latest message, acknowledged by hand or not
 
     def received(self, mid: int, qos: int) -> Settle:
         """Note a message that needs acknowledging; the returned callable settles it."""
+        self.last_received = time.monotonic()
         if qos == 0:
             return settled
         entry = _Waiting(mid, qos)

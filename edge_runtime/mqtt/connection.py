@@ -303,6 +303,13 @@ class MqttConnection:
         """Requests received on a connection with a window and not yet answered or dropped."""
         return 0 if self._acks is None else self._acks.unsettled
 
+    @property
+    def quiet_s(self) -> float:
+        """Seconds since a connection with a window last received a request (infinite if it never did)."""
+        if self._acks is None or not self._acks.last_received:
+            return float("inf")
+        return time.monotonic() - self._acks.last_received
+
     def reply(self, topic: str, payload: bytes, correlation: bytes | None = None) -> bool:
         """Publish an answer at QoS 1, echoing the request's correlation data (MQTT 5); False if not connected.
 

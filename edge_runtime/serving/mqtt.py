@@ -43,6 +43,10 @@ __all__ = ["MqttRequests"]
 log = logging.getLogger(__name__)
 
 MAX_WINDOW = 65535  # the largest MQTT 5 Receive Maximum
+# A box leaving the share group disconnects once it has answered everything and the broker has handed it nothing
+# for this long: requests the broker queued for it behind a full window still come after the unsubscription is
+# confirmed, each as soon as an acknowledgement frees a place (a round trip on the broker's network).
+LEAVING_QUIET_S = 0.5
 
 
 class MqttRequests:
@@ -76,16 +80,20 @@ class MqttRequests:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Leave the share group first and answer what the box holds before disconnecting: a box stopped
-        on purpose loses none of the fleet's requests, where one that dies loses what it held."""
+        on purpose loses none of the fleet's requests, where one that dies loses what it held.
+
+        The broker confirming the unsubscription does not mean it has nothing more for this box: MQTT lets
+        it still deliver what it had queued for the box's session (those beyond the in-flight window), and
+        that queue is dropped with the session when the box disconnects. So the workers keep taking
+        requests until the box holds none and none arrived for `LEAVING_QUIET_S`, or `timeout` passes."""
         fleet = self.fleet
         if fleet is not None:
             fleet.unsubscribe(self.topics.fleet_infer("+"), self.share_group)
-        self._workers.shutdown(wait=True)
-        if fleet is not None:
             deadline = time.monotonic() + timeout
-            while fleet.unsettled and time.monotonic() < deadline:
+            while (fleet.unsettled or fleet.quiet_s < LEAVING_QUIET_S) and time.monotonic() < deadline:
                 time.sleep(0.01)
             fleet.stop()
+        self._workers.shutdown(wait=True)
 
     def _receiver(self, via: MqttConnection) -> RequestHandler:
         def received(topic: str, payload: bytes, properties: Any, settle: Settle) -> None:

@@ -49,9 +49,12 @@ def start_serving(box: Box, tmp_path: Path) -> Iterator[Callable[..., Serving]]:
         models: list[dict[str, Any]],
         connection: MqttConnection | None = None,
         topics: Topics | None = None,
+        share_group: str | None = None,
         **http: Any,
     ) -> Serving:
-        settings = ServeSettings.model_validate({"http": {"port": 0, **http}, "models": models})
+        settings = ServeSettings.model_validate(
+            {"http": {"port": 0, **http}, "models": models, "share_group": share_group}
+        )
         pool = ModelPool(box, tmp_path / "state", tmp_path / "cache")
         serving = Serving(settings, "test-box", pool, tmp_path / "config.yaml", connection, topics)
         started.append((serving, pool))

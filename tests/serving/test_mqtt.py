@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import queue
 import threading
@@ -45,12 +46,15 @@ class Client:
         assert subscribed.wait(5)
 
     def send(self, model: str, payload: bytes, **properties: Any) -> None:
+        self.send_to(TOPICS.infer(model), payload, **properties)
+
+    def send_to(self, topic: str, payload: bytes, **properties: Any) -> None:
         props = None
         if properties:
             props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
             for name, value in properties.items():
                 setattr(props, name, value)
-        self._client.publish(TOPICS.infer(model), payload, qos=1, properties=props).wait_for_publish(5)
+        self._client.publish(topic, payload, qos=1, properties=props).wait_for_publish(5)
 
     def answer(self, timeout: float = 20.0) -> tuple[dict[str, Any], Any]:
         payload, properties = self.answers.get(timeout=timeout)
@@ -213,3 +217,38 @@ def test_a_request_with_no_usable_reply_topic_is_counted_and_dropped(
     finally:
         client.close()
         watcher.close()
+
+
+def test_a_box_leaving_its_share_group_answers_what_the_broker_still_hands_it(
+    mosquitto: Mosquitto, start_serving: StartServing, batch_classifier: Path, connection: MqttConnection
+) -> None:
+    """With a queue of one, the box's in-flight window is one request: the broker queues the rest for the box's
+    session and hands them over one by one as answers free the window, also after it confirmed the box's
+    unsubscription. A box stopped on purpose answers every one before it disconnects."""
+    models = [{"name": "classifier", "path": str(batch_classifier), "batching": {"max_queue_size": 1}}]
+    serving = start_serving(models, connection=connection, topics=TOPICS, enabled=False, share_group="workers")
+    client = Client(mosquitto, MQTTProtocolVersion.MQTTv5)
+    try:
+        for attempt in range(40):  # until the broker has the box in the group
+            client.send_to(TOPICS.fleet_infer("classifier"), b"{}", ResponseTopic="app/answers",
+                           CorrelationData=f"probe-{attempt}".encode())  # fmt: skip
+            with contextlib.suppress(queue.Empty):
+                client.answer(timeout=0.25)
+                break
+        else:
+            raise AssertionError("the box never answered on the fleet's request topic")
+        samples = np.zeros((1, 3, 32, 32), np.float32)
+        request = json.dumps(tensor_request(samples)).encode()
+        for index in range(8):
+            client.send_to(TOPICS.fleet_infer("classifier"), request, ResponseTopic="app/answers",
+                           CorrelationData=str(index).encode())  # fmt: skip
+        serving.stop()
+        numbered = [str(index) for index in range(8)]
+        answered: dict[str, dict[str, Any]] = {}
+        with contextlib.suppress(queue.Empty):
+            while not set(numbered) <= answered.keys():
+                answer, properties = client.answer(timeout=5)
+                answered[properties.CorrelationData.decode()] = answer
+        assert [key for key in numbered if "outputs" not in answered.get(key, {})] == [], answered
+    finally:
+        client.close()
