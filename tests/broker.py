@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import random
 import shutil
 import signal
 import socket
@@ -30,10 +31,27 @@ def mosquitto_binary() -> str:
     return found
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free loopback port, never the same twice in a test session, below the kernel's ephemeral range.
+
+    Never twice: a client a test left reconnecting to its broker's port must not reach a later test's broker
+    there (and take its client id over). Below the ephemeral range: an outgoing connection cannot take the
+    port between this check and the server's bind, nor while a server is down for a restart."""
+    low, _ = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    while True:
+        port = random.randrange(max(1024, low - 20000), low)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
 
 
 # -- PKI ---------------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import pwd
-import random
 import secrets
 import shutil
 import signal
@@ -32,27 +31,11 @@ from typing import Any
 
 import pika  # type: ignore[import-untyped]
 import pytest
+from broker import free_port
 
 RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 USER = "rabbitmq"
 BOOT_TIMEOUT = 180.0  # a node rebooted after SIGKILL repairs its files first; two cores are slow at it
-_taken: set[int] = set()
-
-
-def free_port() -> int:
-    """A free loopback port below the kernel's ephemeral range: while a node is down, an outgoing connection
-    could otherwise take its listener's port and make the node fail to boot with eaddrinuse."""
-    low, _ = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    while True:
-        port = random.randrange(max(1024, low - 20000), low)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        if port not in _taken:
-            _taken.add(port)
-            return port
 
 
 def routing_key(topic: str) -> str:

@@ -1,15 +1,10 @@
 from __future__ import annotations
 
-import socket
 import urllib.request
 
+from broker import free_port
+
 from edge_runtime.service.metrics import serve_metrics
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_endpoint_serves_the_report_at_scrape_time() -> None:
@@ -29,7 +24,7 @@ def test_endpoint_serves_the_report_at_scrape_time() -> None:
         "serving": {"faces": {"request_success": 12, "inference_count": 12, "execution_count": 5,
                               "batch_sizes": {"1": 2, "5": 2}}},
     }  # fmt: skip
-    port = _free_port()
+    port = free_port()
     stop = serve_metrics(lambda: report, "127.0.0.1", port)
     try:
         first = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
