@@ -23,7 +23,12 @@ from edge_runtime.config.trust import TrustSettings
 from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.mqtt.topics import FLEET
 from edge_runtime.package.manifest import DecoderSpec, InputSpec, PadValue, Precision
-from edge_runtime.sources.configs import AnySource, CameraSourceConfig, SensorSourceConfig
+from edge_runtime.sources.configs import (
+    DEFAULT_MAX_IMAGE_PIXELS,
+    AnySource,
+    CameraSourceConfig,
+    SensorSourceConfig,
+)
 
 TOPIC_UNSAFE = frozenset("/+#")
 MAX_NAME_LENGTH = 128
@@ -280,6 +285,11 @@ class ServeSettings(StrictModel):
         default=None,
         description="also take the fleet's requests, shared among the boxes of this group: "
         "$share/<group>/<prefix>/fleet/infer/<model>",
+    )
+    max_image_pixels: int = Field(
+        default=DEFAULT_MAX_IMAGE_PIXELS,
+        ge=1,
+        description="an image request whose header declares more pixels is refused (413) before it is decoded",
     )
 
     @field_validator("share_group")

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import numpy as np
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -128,7 +129,10 @@ def build_app(models: Mapping[str, ServedModel], token: str | None, limits: Http
         body = await _read_body(request, limits, header_length or 0)
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         try:
-            prepared = model.prepare(body, content_type, header_length)
+            if header_length is None:  # an image to decode, or tensors in JSON to parse: not on the event loop
+                prepared = await run_in_threadpool(model.prepare, body, content_type, header_length)
+            else:  # binary tensors are read in place, at once
+                prepared = model.prepare(body, content_type, header_length)
             outputs = await model.queue.infer(prepared.inputs, prepared.timeout_ms)
             payload, headers = model.respond(prepared, outputs)
         except Exception as error:

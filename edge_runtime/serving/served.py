@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import cv2
 import numpy as np
 
 from edge_runtime.decoders.base import Decoder
@@ -36,6 +35,8 @@ from edge_runtime.serving.protocol import (
     parse_request,
     split_request,
 )
+from edge_runtime.sources.configs import DEFAULT_MAX_IMAGE_PIXELS
+from edge_runtime.sources.encoded import ImageError, decode_image
 
 __all__ = ["IMAGE_TYPES", "Prepared", "ServedModel", "refusal"]
 
@@ -83,6 +84,7 @@ class ServedModel:
     device_id: str
     batching: BatchChoice
     version: str = "1"
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
     _images: ImagePreprocessor | None = None
     _counter: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -144,9 +146,10 @@ class ServedModel:
         """The image's model input and its transform back to the image's pixels; ProtocolError if it is no image."""
         if not self.takes_images:
             raise ProtocolError(f"model {self.name} takes no images: send its input tensors")
-        frame = cv2.imdecode(np.frombuffer(encoded, np.uint8), cv2.IMREAD_COLOR) if encoded else None
-        if frame is None:
-            raise ProtocolError("the body is no JPEG or PNG image this server can decode")
+        try:
+            frame = decode_image(encoded, self.max_image_pixels, "the request's image")
+        except ImageError as error:
+            raise ProtocolError(str(error), 413 if error.reason == "size" else 400) from None
         if self._images is None:
             self._images = ImagePreprocessor(self.model.input_specs[0], self.model.inputs[0])
         return self._images(frame)

@@ -125,7 +125,8 @@ class Serving:
         metrics = metrics or ModelMetrics()
         queue = InferenceQueue(config.name, model, batching, metrics)
         log.info("serving %s: %s; %s", config.name, model.label, choice.reason)
-        return ServedModel(config.name, model, queue, metrics, decoder_of(model), self.device_id, choice)
+        return ServedModel(config.name, model, queue, metrics, decoder_of(model), self.device_id, choice,
+                           max_image_pixels=self.settings.max_image_pixels)  # fmt: skip
 
     def _start_http(self) -> None:
         import uvicorn

@@ -13,6 +13,8 @@ from pydantic import Field, model_validator
 
 from edge_runtime.sources.base import SourceConfig
 
+DEFAULT_MAX_IMAGE_PIXELS = 50_000_000  # an 8000×6000 photo (48 MP) passes; decoded, 150 MB of BGR pixels
+
 
 class Reconnect(SourceConfig):
     """Exponential backoff with jitter: a fleet of boxes does not hammer a recovering camera in step."""
@@ -79,6 +81,11 @@ class FolderSourceConfig(CameraSourceConfig):
     pattern: str = "*.jpg"
     loop: bool = False
     policy: Literal["latest", "every"] = "every"
+    max_image_pixels: int = Field(
+        default=DEFAULT_MAX_IMAGE_PIXELS,
+        ge=1,
+        description="an image whose header declares more pixels is skipped before it is decoded",
+    )
 
     @property
     def unpaced(self) -> bool:

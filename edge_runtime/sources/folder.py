@@ -2,9 +2,10 @@
 
 Useful for batch jobs (a day of trail-camera pictures) and for checking a model on a box with no
 camera. Files are taken in natural order (img2 before img10); the folder is listed again on every
-pass of a loop, so pictures dropped in meanwhile are picked up. A file OpenCV cannot decode is
-counted as malformed, logged with its name (once per file, even when looping), and skipped: one
-truncated upload must not stop a batch.
+pass of a loop, so pictures dropped in meanwhile are picked up. A file that cannot be decoded, or
+whose header declares more than `max_image_pixels`, is counted as malformed, logged with its name and
+why (once per file, even when looping), and skipped: one truncated or hostile upload must not stop a
+batch, nor take the box's memory.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import time
 from pathlib import Path
 
 import cv2
+import numpy as np
 
 from edge_runtime.errors import ConfigError
 from edge_runtime.sources.base import SourceContext
 from edge_runtime.sources.configs import FolderSourceConfig as FolderConfig
+from edge_runtime.sources.encoded import ImageError, decode_image
 from edge_runtime.sources.frames import FrameSource
 
 log = logging.getLogger(__name__)
@@ -77,18 +80,37 @@ class ImageFolderSource(FrameSource):
             now = time.monotonic()
             if not self._admit(now):
                 continue
-            image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+            image = self._read(path)
             if image is None:
-                self._unreadable(path)
                 continue
             decoded += 1
             self._offer(image, time.time(), now)
         return decoded
 
-    def _unreadable(self, path: Path) -> None:
+    def _read(self, path: Path) -> np.ndarray | None:
+        """The image in `path`, sized from its header before it is decoded; None (counted, logged) if skipped.
+
+        Formats whose header is not read here (TIFF, ...) are left to OpenCV and its own pixel limit."""
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            self._unreadable(path, f"cannot read it: {error.strerror or error}")
+            return None
+        try:
+            return decode_image(data, self.config.max_image_pixels, "it")
+        except ImageError as error:
+            if error.reason != "format":
+                self._unreadable(path, str(error))
+                return None
+        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        if image is None:
+            self._unreadable(path, "OpenCV cannot decode it as an image")
+        return image
+
+    def _unreadable(self, path: Path, reason: str) -> None:
         with self.stats.lock:
             self.stats.malformed += 1
-            self.stats.last_error = f"cannot decode image {path}"
+            self.stats.last_error = f"{path}: {reason}"
         if path not in self._reported and len(self._reported) < _MAX_REPORTED:
             self._reported.add(path)
-            log.warning("source %s: skipping %s: OpenCV cannot decode it as an image", self.name, path)
+            log.warning("source %s: skipping %s: %s", self.name, path, reason)

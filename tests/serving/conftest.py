@@ -50,11 +50,13 @@ def start_serving(box: Box, tmp_path: Path) -> Iterator[Callable[..., Serving]]:
         connection: MqttConnection | None = None,
         topics: Topics | None = None,
         share_group: str | None = None,
+        max_image_pixels: int | None = None,
         **http: Any,
     ) -> Serving:
-        settings = ServeSettings.model_validate(
-            {"http": {"port": 0, **http}, "models": models, "share_group": share_group}
-        )
+        serve = {"http": {"port": 0, **http}, "models": models, "share_group": share_group}
+        if max_image_pixels is not None:
+            serve["max_image_pixels"] = max_image_pixels
+        settings = ServeSettings.model_validate(serve)
         pool = ModelPool(box, tmp_path / "state", tmp_path / "cache")
         serving = Serving(settings, "test-box", pool, tmp_path / "config.yaml", connection, topics)
         started.append((serving, pool))

@@ -6,6 +6,7 @@ import base64
 import http.client
 import json
 import logging
+import resource
 import socket
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ import jsonschema
 import numpy as np
 import pytest
 import tritonclient.http as triton
+from image_bombs import png_declaring
 from tritonclient.utils import InferenceServerException
 
 from edge_runtime.package.loader import open_package
@@ -173,6 +175,33 @@ def test_an_image_is_answered_with_the_result_message_of_the_pipeline(
     assert status == 200 and binary["result"]["detections"][0]["box"] == face["box"]
 
 
+def test_an_image_declaring_too_many_pixels_is_refused_413_before_it_is_decoded(
+    start_serving: StartServing, face_package: Path
+) -> None:
+    """A 30000×30000 PNG of a few hundred bytes: answered at once, naming the limit, with the server's memory
+    untouched; a base64 BYTES input holding it is refused the same way, and a JPEG within a lower limit passes."""
+    serving = start_serving([{"name": "faces", "path": str(face_package)}])
+    bomb = png_declaring(30000, 30000)
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    status, answer, _ = post(serving, "/v2/models/faces/infer", bomb, {"Content-Type": "image/png"})
+    assert status == 413, answer
+    assert "declares 30000×30000 pixels" in answer["error"] and "max_image_pixels" in answer["error"]
+    encoded = base64.b64encode(bomb).decode()
+    request = {"inputs": [{"name": "image", "shape": [1], "datatype": "BYTES", "data": [encoded]}]}
+    status, answer, _ = post(serving, "/v2/models/faces/infer", json.dumps(request).encode())
+    assert status == 413 and "30000×30000" in answer["error"], answer
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before < 200 * 1024  # KiB
+    status, answer, _ = post(serving, "/v2/models/faces/infer", b"GIF89a" + bytes(64), {"Content-Type": "image/png"})
+    assert (status, answer["error"]) == (400, "the request's image is no JPEG, PNG, BMP or WebP image")
+
+
+def test_the_pixel_limit_is_configured(start_serving: StartServing, face_package: Path) -> None:
+    serving = start_serving([{"name": "faces", "path": str(face_package)}], max_image_pixels=512 * 512 - 1)
+    jpeg = (Path(__file__).resolve().parents[2] / "samples/images/astronaut.jpg").read_bytes()
+    status, answer, _ = post(serving, "/v2/models/faces/infer", jpeg, {"Content-Type": "image/jpeg"})
+    assert status == 413 and "512×512 pixels (262,144), over the limit of 262,143" in answer["error"], answer
+
+
 BAD_REQUESTS = [
     ({"inputs": [{"name": "pixels", "shape": [1, 3, 32, 32], "datatype": "FP32", "data": [0.0] * 3072}]},
      400, "inputs[0]: unknown input 'pixels'; the model takes image"),
@@ -214,7 +243,7 @@ def test_malformed_and_truncated_bodies_and_unknown_models(classifier: Serving) 
     status, answer, _ = post(
         classifier, "/v2/models/classifier/infer", b"\xff\xd8 not a jpeg", {"Content-Type": "image/jpeg"}
     )
-    assert status == 400 and "no JPEG or PNG image" in answer["error"]
+    assert status == 400 and "no JPEG, PNG, BMP or WebP image" in answer["error"]
     assert classifier.report()["classifier"]["request_failure"] == 3
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import paho.mqtt.client as paho
 import pytest
 from broker import Mosquitto
+from image_bombs import png_declaring
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -141,6 +142,14 @@ def test_an_image_over_mqtt5_is_answered_with_the_result_message(served: Serving
     assert message["task"] == "detection" and [d["label"] for d in message["result"]["detections"]] == ["face"]
 
 
+def test_an_image_declaring_too_many_pixels_is_answered_413_over_mqtt(served: Serving, mqtt5: Client) -> None:
+    mqtt5.send("faces", png_declaring(30000, 30000), ResponseTopic="app/answers", CorrelationData=b"bomb",
+               ContentType="image/png")  # fmt: skip
+    answer, properties = mqtt5.answer()
+    assert properties.CorrelationData == b"bomb"
+    assert answer["code"] == 413 and "declares 30000×30000 pixels" in answer["error"], answer
+
+
 def test_mqtt311_requests_travel_in_an_envelope(mosquitto: Mosquitto, served: Serving) -> None:
     client = Client(mosquitto, MQTTProtocolVersion.MQTTv311)
     try:
@@ -173,7 +182,7 @@ def test_mqtt311_requests_travel_in_an_envelope(mosquitto: Mosquitto, served: Se
         ("classifier", b"{not json", 400, "the request is not valid JSON at line 1"),
         ("classifier", json.dumps(tensor_request(np.zeros((1, 3, 8, 8), np.float32))).encode(), 400,
          "input 'image': shape [1, 3, 8, 8], but the model takes [-1, 3, 32, 32]"),
-        ("faces", b"not a picture", 400, "no JPEG or PNG image"),
+        ("faces", b"not a picture", 400, "no JPEG, PNG, BMP or WebP image"),
     ],
 )  # fmt: skip
 def test_a_bad_request_with_a_reply_topic_is_answered_with_the_error(

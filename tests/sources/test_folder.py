@@ -8,6 +8,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from image_bombs import png_declaring
 from source_media import read_all
 
 from edge_runtime.errors import ConfigError
@@ -87,3 +88,19 @@ def test_empty_folder_ends_at_once(tmp_path: Path) -> None:
         assert read_all(source) == []
     finally:
         source.close()
+
+
+def test_an_image_declaring_too_many_pixels_is_skipped_before_it_is_decoded(
+    photo_folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="edge_runtime.sources")
+    (photo_folder / "img5.jpg").write_bytes(png_declaring(30000, 30000))  # a PNG under a .jpg name, as uploads go
+    source = folder_source(photo_folder)
+    source.start()
+    try:
+        frames = read_all(source)
+    finally:
+        source.close()
+    assert [corner(frame) for frame in frames] == [1, 2, 10]
+    assert source.stats.malformed == 2
+    assert "img5.jpg: it declares 30000×30000 pixels (900,000,000), over the limit of 50,000,000" in caplog.text
