@@ -263,6 +263,12 @@ class HttpSettings(StrictModel):
     tls_cert_file: Path | None = Field(default=None, description="serve HTTPS with this certificate chain (PEM)")
     tls_key_file: Path | None = Field(default=None, description="the certificate's private key (PEM)")
     max_body_bytes: int = Field(default=16 << 20, ge=1024, description="larger requests are refused (413)")
+    max_bytes_in_flight: int = Field(
+        default=128 << 20,
+        ge=1024,
+        description="request bodies held at once, counted from their headers; a request past it is refused "
+        "(503, Retry-After) before its body is read",
+    )
     read_timeout_s: float = Field(default=10.0, gt=0, description="a body slower than this is dropped (408)")
 
     @model_validator(mode="after")
@@ -274,6 +280,11 @@ class HttpSettings(StrictModel):
             )
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file go together")
+        if self.max_bytes_in_flight < self.max_body_bytes:
+            raise ValueError(
+                f"max_bytes_in_flight ({self.max_bytes_in_flight}) is below max_body_bytes ({self.max_body_bytes}): "
+                "the largest body allowed could never be taken"
+            )
         return self
 
 

@@ -7,8 +7,11 @@ without batching, several single requests) are in flight at once, as OpenVINO's 
 want; the runner blocks while it is full, and the queue behind it fills instead.
 
 Admission is decided at the door: a queue already holding `max_queue_size` requests refuses the next
-at once (`QueueFull`: HTTP 503 with Retry-After), rather than letting every client wait longer. A
-request carries its deadline; one still queued when it passes is answered as timed out and never runs.
+at once (`QueueFull`: HTTP 503 with Retry-After), rather than letting every client wait longer. The door
+is before the work: a transport `reserve`s a place as soon as it knows the model, before it reads or
+decodes the body, so a burst is refused while it costs nothing, and the places held by requests still
+arriving count as queued. A request carries its deadline; one still queued when it passes is answered as
+timed out and never runs.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from edge_runtime.backends.base import AsyncRunner, Outputs
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.serving.metrics import ModelMetrics
 
-__all__ = ["Batching", "InferenceQueue", "QueueFull", "RequestTimedOut"]
+__all__ = ["Batching", "InferenceQueue", "Place", "QueueFull", "RequestTimedOut"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,30 @@ class _Batch:
     started: float = field(default_factory=time.perf_counter)
 
 
+class Place:
+    """A place `InferenceQueue.reserve` holds for one request, until `submit` takes it or it is released."""
+
+    def __init__(self, queue: InferenceQueue) -> None:
+        self.queue = queue
+        self._held = True
+
+    def taken(self) -> bool:
+        """Hand the place over to the queue (once): True if it was still held."""
+        held, self._held = self._held, False
+        return held
+
+    def release(self) -> None:
+        """Give the place back, if no request took it."""
+        if self.taken():
+            self.queue._give_back()
+
+    def __enter__(self) -> Place:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.release()
+
+
 class InferenceQueue:
     """A served model's queue and the thread that forms its batches; `submit` and `infer` are thread-safe."""
 
@@ -82,6 +109,7 @@ class InferenceQueue:
         self.batching = batching
         self.metrics = metrics
         self._pending: deque[_Request] = deque()
+        self._reserved = 0  # places held for requests still being read or decoded
         self._samples = 0  # samples queued, for the "batch is full" rule
         self._wake = threading.Condition()
         self._closed = False
@@ -91,23 +119,42 @@ class InferenceQueue:
 
     # -- the door -------------------------------------------------------------------------------------
 
-    def submit(self, inputs: Sequence[np.ndarray], done: Done, timeout_ms: float | None = None) -> None:
-        """Queue one request; `done(outputs, error)` is called once, from another thread. Raises QueueFull."""
+    def reserve(self) -> Place:
+        """Hold a place for a request whose body is still to be read or decoded; QueueFull at once when the
+        places held and the requests queued already make `max_queue_size`. `submit(..., place=...)` takes the
+        place; a request that never gets there gives it back (`Place.release`, or leaving its `with`)."""
+        with self._wake:
+            if self._closed:
+                raise RuntimeError(f"model {self.name} is no longer served")
+            self._check_room()
+            self._reserved += 1
+        return Place(self)
+
+    def submit(
+        self, inputs: Sequence[np.ndarray], done: Done, timeout_ms: float | None = None, *, place: Place | None = None
+    ) -> None:
+        """Queue one request; `done(outputs, error)` is called once, from another thread. Raises QueueFull.
+
+        With `place`, the request takes the place `reserve` held for it (also when this raises)."""
         now = time.monotonic()
         timeout = self.batching.timeout_ms if timeout_ms is None else min(timeout_ms, self.batching.timeout_ms)
         size = int(inputs[0].shape[0]) if self.batching.max_batch_size > 0 and inputs[0].ndim else 1
         request = _Request(list(inputs), size, done, now, now + timeout / 1000)
+        reserved = place is not None and place.queue is self and place.taken()  # (a release may have swapped queues)
         with self._wake:
+            if reserved:
+                self._reserved -= 1
             if self._closed:
                 raise RuntimeError(f"model {self.name} is no longer served")
-            if len(self._pending) >= self.batching.max_queue_size:
-                self.metrics.rejected()
-                raise QueueFull(self.name, len(self._pending))
+            if not reserved:
+                self._check_room()
             self._pending.append(request)
             self._samples += size
             self._wake.notify()
 
-    async def infer(self, inputs: Sequence[np.ndarray], timeout_ms: float | None = None) -> Outputs:
+    async def infer(
+        self, inputs: Sequence[np.ndarray], timeout_ms: float | None = None, *, place: Place | None = None
+    ) -> Outputs:
         """`submit` for asyncio callers: the outputs, or the error raised."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Outputs] = loop.create_future()
@@ -115,8 +162,18 @@ class InferenceQueue:
         def done(outputs: Outputs | None, error: BaseException | None) -> None:
             loop.call_soon_threadsafe(_settle, future, outputs, error)
 
-        self.submit(inputs, done, timeout_ms)
+        self.submit(inputs, done, timeout_ms, place=place)
         return await future
+
+    def _give_back(self) -> None:
+        with self._wake:
+            self._reserved -= 1
+
+    def _check_room(self) -> None:
+        waiting = len(self._pending) + self._reserved
+        if waiting >= self.batching.max_queue_size:
+            self.metrics.rejected()
+            raise QueueFull(self.name, waiting)
 
     def close(self) -> None:
         """Answer what is still queued as refused, finish what is in flight, stop the thread."""

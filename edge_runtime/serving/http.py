@@ -18,18 +18,22 @@ the status that says whose fault it was.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import os
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 
+import anyio
 import numpy as np
+from anyio import to_thread
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from edge_runtime import __version__
+from edge_runtime.serving.batching import Place, QueueFull
 from edge_runtime.serving.openapi import openapi_document
 from edge_runtime.serving.protocol import (
     HEADER_LENGTH,
@@ -48,9 +52,38 @@ ALIGNMENT = 64
 
 
 class HttpLimits:
-    def __init__(self, max_body_bytes: int = 16 << 20, read_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, max_body_bytes: int = 16 << 20, read_timeout_s: float = 10.0, max_bytes_in_flight: int = 128 << 20
+    ) -> None:
         self.max_body_bytes = max_body_bytes
         self.read_timeout_s = read_timeout_s
+        self.max_bytes_in_flight = max_bytes_in_flight
+
+
+class _BytesInFlight:
+    """The request bodies the server holds at once, counted from their headers to their answers: a request
+    whose body would take the count over the cap is refused before a byte of it is read. A body without a
+    Content-Length (chunked) counts as the largest body allowed, since its size is known only at its end."""
+
+    def __init__(self, limits: HttpLimits) -> None:
+        self._limits = limits
+        self.held = 0  # the event loop's only: no lock
+
+    @contextlib.contextmanager
+    def hold(self, size: int | None) -> Iterator[None]:
+        amount = self._limits.max_body_bytes if size is None else size
+        if self.held + amount > self._limits.max_bytes_in_flight:
+            raise _Refused(
+                503,
+                f"the server holds {self.held} bytes of request bodies, and this one would take it past "
+                f"{self._limits.max_bytes_in_flight} (max_bytes_in_flight); try again shortly",
+                {"Retry-After": "1"},
+            )
+        self.held += amount
+        try:
+            yield
+        finally:
+            self.held -= amount
 
 
 class _Refused(Exception):  # noqa: N818 - an answer, not a fault
@@ -62,7 +95,12 @@ class _Refused(Exception):  # noqa: N818 - an answer, not a fault
 
 
 def build_app(models: Mapping[str, ServedModel], token: str | None, limits: HttpLimits) -> Starlette:
-    """The application serving `models`; with `token`, every route but health needs `Authorization: Bearer`."""
+    """The application serving `models`; with `token`, every route but health needs `Authorization: Bearer`.
+
+    What a burst can cost is bounded: `max_bytes_in_flight` of bodies, each model's `max_queue_size` requests,
+    and one decoded image per core (images and JSON bodies are prepared on at most that many threads)."""
+    in_flight = _BytesInFlight(limits)
+    preparing = anyio.CapacityLimiter(os.cpu_count() or 1)
 
     def guarded(handler: Handler) -> Handler:
         async def guard(request: Request) -> Response:
@@ -121,24 +159,30 @@ def build_app(models: Mapping[str, ServedModel], token: str | None, limits: Http
         return JSONResponse({"name": request.path_params["name"], "ready": True})
 
     async def infer(request: Request) -> Response:
+        """Admission is decided from the headers alone (the body's size against the bytes held, a place in the
+        model's queue); only then is the body read and prepared."""
         model = served(request)
         try:
             header_length = _header_length(request)
         except ProtocolError as error:
             raise _Refused(error.status, error.message) from None
-        body = await _read_body(request, limits, header_length or 0)
-        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        try:
-            if header_length is None:  # an image to decode, or tensors in JSON to parse: not on the event loop
-                prepared = await run_in_threadpool(model.prepare, body, content_type, header_length)
-            else:  # binary tensors are read in place, at once
-                prepared = model.prepare(body, content_type, header_length)
-            outputs = await model.queue.infer(prepared.inputs, prepared.timeout_ms)
-            payload, headers = model.respond(prepared, outputs)
-        except Exception as error:
-            model.metrics.request(ok=False)
-            status, message = refusal(model.name, error)
-            raise _Refused(status, message, {"Retry-After": "1"} if status == 503 else None) from None
+        size = _declared_size(request, limits)
+        with in_flight.hold(size), _place_in(model) as place:
+            body = await _read_body(request, limits, size, header_length or 0)
+            content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            try:
+                if header_length is None:  # an image to decode, or tensors in JSON to parse: off the event loop
+                    prepared = await to_thread.run_sync(
+                        model.prepare, body, content_type, header_length, limiter=preparing
+                    )
+                else:  # binary tensors are read in place, at once
+                    prepared = model.prepare(body, content_type, header_length)
+                outputs = await model.queue.infer(prepared.inputs, prepared.timeout_ms, place=place)
+                payload, headers = model.respond(prepared, outputs)
+            except Exception as error:
+                model.metrics.request(ok=False)
+                status, message = refusal(model.name, error)
+                raise _Refused(status, message, {"Retry-After": "1"} if status == 503 else None) from None
         model.metrics.request(ok=True)
         return Response(payload, headers=headers)
 
@@ -160,13 +204,29 @@ def build_app(models: Mapping[str, ServedModel], token: str | None, limits: Http
     return Starlette(routes=routes)
 
 
-async def _read_body(request: Request, limits: HttpLimits, binary_at: int) -> memoryview:
-    """The whole body in one writable buffer, its byte `binary_at` (where binary tensors start, after the
-    JSON header) on a 64-byte boundary, so that a backend reads the tensors in place (see `ServedModel`)."""
+def _place_in(model: ServedModel) -> Place:
+    """A place in the model's queue for a request still to be read, or 503 at once."""
+    try:
+        return model.queue.reserve()
+    except QueueFull as full:
+        model.metrics.request(ok=False)
+        raise _Refused(503, str(full), {"Retry-After": "1"}) from None
+    except RuntimeError as closed:  # a release took the model's place just now: the next request finds the new one
+        raise _Refused(503, f"{closed}; try again", {"Retry-After": "1"}) from None
+
+
+def _declared_size(request: Request, limits: HttpLimits) -> int | None:
+    """The body's Content-Length (None when chunked); 413 at once when it is over the limit."""
     declared = request.headers.get("content-length")
     size = int(declared) if declared is not None and declared.isdigit() else None
     if size is not None and size > limits.max_body_bytes:
         raise _Refused(413, f"the body has {declared} bytes; this server takes at most {limits.max_body_bytes}")
+    return size
+
+
+async def _read_body(request: Request, limits: HttpLimits, size: int | None, binary_at: int) -> memoryview:
+    """The whole body in one writable buffer, its byte `binary_at` (where binary tensors start, after the
+    JSON header) on a 64-byte boundary, so that a backend reads the tensors in place (see `ServedModel`)."""
     # A chunked body's size is known only at its end: it grows instead, unaligned.
     body = bytearray() if size is None else _aligned_buffer(size, min(binary_at, size))
     filled = 0

@@ -36,6 +36,7 @@ from edge_runtime.mqtt.callbacks import RequestHandler
 from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.replies import NoReplyTopic, Reply, Request, read_request
 from edge_runtime.mqtt.topics import Topics
+from edge_runtime.serving.batching import Place, QueueFull
 from edge_runtime.serving.served import IMAGE_TYPES, Prepared, ServedModel, refusal
 
 __all__ = ["MqttRequests"]
@@ -97,23 +98,63 @@ class MqttRequests:
 
     def _receiver(self, via: MqttConnection) -> RequestHandler:
         def received(topic: str, payload: bytes, properties: Any, settle: Settle) -> None:
-            """paho's network thread: decoding and preprocessing happen on a worker, never here."""
+            """paho's network thread: only the door is decided here (a place in the model's queue, else 503 at
+            once); reading, decoding and preprocessing happen on a worker, so a burst queues no work."""
+            model = self.models.get(topic.rsplit("/", 1)[-1])
+            place: Place | None = None
+            if model is not None:
+                try:
+                    place = model.queue.reserve()
+                except (QueueFull, RuntimeError) as full:
+                    self._refuse(via, topic, payload, properties, settle, model, full)
+                    return
             try:
-                self._workers.submit(self._handle, via, topic, payload, properties, settle)
+                self._workers.submit(self._handle, via, topic, payload, properties, settle, place)
             except RuntimeError:  # the workers have stopped: the box is shutting down
+                if place is not None:
+                    place.release()
                 settle()
                 log.warning("MQTT request on %s not taken: stopping", topic)
 
         return received
 
-    def _handle(self, via: MqttConnection, topic: str, payload: bytes, properties: Any, settle: Settle) -> None:
+    def _refuse(
+        self,
+        via: MqttConnection,
+        topic: str,
+        payload: bytes,
+        properties: Any,
+        settle: Settle,
+        model: ServedModel,
+        error: Exception,
+    ) -> None:
+        """Answer a request the model's queue has no place for, from the network thread: reading its reply
+        topic is all it costs."""
+        model.metrics.request(ok=False)
         try:
-            self._take(via, topic, payload, properties, settle)
+            request = read_request(payload, properties, via, settle, self.topics.prefix)
+        except NoReplyTopic:
+            settle()
+            with self._lock:
+                self.dropped += 1
+            return
+        request.reply.error(503, f"{error}" if isinstance(error, QueueFull) else f"{error}; try again")
+
+    def _handle(
+        self, via: MqttConnection, topic: str, payload: bytes, properties: Any, settle: Settle, place: Place | None
+    ) -> None:
+        try:
+            self._take(via, topic, payload, properties, settle, place)
         except Exception:
             settle()  # a request that failed unanswered must not keep its place in the in-flight window
             log.exception("MQTT request on %s failed", topic)
+        finally:
+            if place is not None:
+                place.release()  # a request that never reached the queue
 
-    def _take(self, via: MqttConnection, topic: str, payload: bytes, properties: Any, settle: Settle) -> None:
+    def _take(
+        self, via: MqttConnection, topic: str, payload: bytes, properties: Any, settle: Settle, place: Place | None
+    ) -> None:
         try:
             request = read_request(payload, properties, via, settle, self.topics.prefix)
         except NoReplyTopic as why:
@@ -135,7 +176,7 @@ class MqttRequests:
             def done(outputs: Any, error: BaseException | None) -> None:
                 self._done(model, prepared, reply, outputs, error)
 
-            model.queue.submit(prepared.inputs, done, prepared.timeout_ms)
+            model.queue.submit(prepared.inputs, done, prepared.timeout_ms, place=place)
         except Exception as error:
             model.metrics.request(ok=False)
             reply.error(*refusal(model.name, error))

@@ -133,7 +133,9 @@ class Serving:
 
         http = self.settings.http
         token = http.token.get_secret_value() if http.token is not None else None
-        app = build_app(self.models, token, HttpLimits(http.max_body_bytes, http.read_timeout_s))
+        app = build_app(
+            self.models, token, HttpLimits(http.max_body_bytes, http.read_timeout_s, http.max_bytes_in_flight)
+        )
         family = socket.AF_INET6 if ":" in http.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -20,6 +20,7 @@ import pytest
 import tritonclient.http as triton
 from image_bombs import png_declaring
 from tritonclient.utils import InferenceServerException
+from waiting import wait_for
 
 from edge_runtime.package.loader import open_package
 from edge_runtime.pipeline.results import result_schema
@@ -251,6 +252,63 @@ def test_a_body_over_the_limit_is_refused_413(start_serving: StartServing, batch
     serving = start_serving([{"name": "classifier", "path": str(batch_classifier)}], max_body_bytes=4096)
     status, answer, _ = post(serving, "/v2/models/classifier/infer", b"{" + b" " * 5000 + b"}")
     assert status == 413 and "at most 4096" in answer["error"]
+
+
+def headers_only(port: int, path: str, length: int) -> socket.socket:
+    """A request whose headers promise `length` bytes of body, none of which is sent."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode())
+    return sock
+
+
+def answer_to(sock: socket.socket) -> tuple[int, dict[str, str], dict[str, Any]]:
+    response = http.client.HTTPResponse(sock)
+    response.begin()
+    return response.status, dict(response.getheaders()), json.loads(response.read())
+
+
+def test_a_full_queue_refuses_at_the_headers_before_the_body_is_read(
+    start_serving: StartServing, batch_classifier: Path
+) -> None:
+    """Every place in the queue is held (as by requests whose bodies are still arriving): the next request is
+    answered 503 with Retry-After as soon as its headers are in, without waiting for the body it announced."""
+    models = [{"name": "classifier", "path": str(batch_classifier), "batching": {"max_queue_size": 2}}]
+    serving = start_serving(models)
+    assert serving.port is not None
+    queue = serving.models["classifier"].queue
+    held = [queue.reserve(), queue.reserve()]
+    started = time.monotonic()
+    with headers_only(serving.port, "/v2/models/classifier/infer", 100_000) as sock:
+        status, headers, answer = answer_to(sock)
+    assert time.monotonic() - started < 2.0  # not the 10 s read timeout of a body never sent
+    assert status == 503 and headers["retry-after"] == "1" and "2 requests already wait" in answer["error"]
+    for place in held:
+        place.release()
+    body = json.dumps({"inputs": [{"name": "image", "shape": [1, 3, 32, 32], "datatype": "FP32",
+                                   "data": images(1).ravel().tolist()}]}).encode()  # fmt: skip
+    status, answer, _ = post(serving, "/v2/models/classifier/infer", body)
+    assert status == 200, answer
+
+
+def test_bodies_held_at_once_are_capped_before_they_are_read(
+    start_serving: StartServing, batch_classifier: Path
+) -> None:
+    """Two bodies of 1 KiB still arriving fill a cap of 2 KiB: a third is refused from its headers, naming the
+    cap; once the first two are gone, the same request is served."""
+    models = [{"name": "classifier", "path": str(batch_classifier)}]
+    serving = start_serving(models, max_body_bytes=1024, max_bytes_in_flight=2048)
+    assert serving.port is not None
+    path = "/v2/models/classifier/infer"
+    slow = [headers_only(serving.port, path, 1024), headers_only(serving.port, path, 1024)]
+    time.sleep(0.3)  # both are being read
+    with headers_only(serving.port, path, 1024) as sock:
+        status, headers, answer = answer_to(sock)
+    assert status == 503 and headers["retry-after"] == "1", answer
+    assert "would take it past 2048 (max_bytes_in_flight)" in answer["error"]
+    for sock in slow:
+        sock.close()
+    body = b"{" + b" " * 1000 + b"}"
+    assert wait_for(lambda: post(serving, path, body)[0] == 400, timeout=5)  # read, parsed, refused as no inputs
 
 
 def test_a_client_that_sends_its_body_too_slowly_is_dropped(

@@ -150,6 +150,29 @@ def test_an_image_declaring_too_many_pixels_is_answered_413_over_mqtt(served: Se
     assert answer["code"] == 413 and "declares 30000×30000 pixels" in answer["error"], answer
 
 
+def test_a_request_finding_no_place_in_the_queue_is_refused_before_any_work(served: Serving, mqtt5: Client) -> None:
+    """Every place of the model's queue is held: the request is answered 503 from the network thread, and
+    is never read, decoded or prepared (a burst queues no work on the box)."""
+    model = served.models["faces"]
+    held = [model.queue.reserve() for _ in range(model.queue.batching.max_queue_size)]
+    try:
+        prepared_before = model.metrics.prepare_ms
+        mqtt5.send("faces", PHOTO.read_bytes(), ResponseTopic="app/answers", CorrelationData=b"full",
+                   ContentType="image/jpeg")  # fmt: skip
+        answer, properties = mqtt5.answer()
+        assert properties.CorrelationData == b"full"
+        assert answer["code"] == 503 and "requests already wait" in answer["error"], answer
+        assert model.metrics.prepare_ms == prepared_before
+    finally:
+        for place in held:
+            place.release()
+    mqtt5.send(
+        "faces", PHOTO.read_bytes(), ResponseTopic="app/answers", CorrelationData=b"room", ContentType="image/jpeg"
+    )
+    answer, properties = mqtt5.answer()
+    assert properties.CorrelationData == b"room" and answer["task"] == "detection", answer
+
+
 def test_mqtt311_requests_travel_in_an_envelope(mosquitto: Mosquitto, served: Serving) -> None:
     client = Client(mosquitto, MQTTProtocolVersion.MQTTv311)
     try:
