@@ -270,6 +270,15 @@ class HttpSettings(StrictModel):
         "(503, Retry-After) before its body is read",
     )
     read_timeout_s: float = Field(default=10.0, gt=0, description="a body slower than this is dropped (408)")
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, description="a connection that has not sent its request headers by then is closed"
+    )
+    max_connections: int = Field(
+        default=512,
+        ge=1,
+        description="connections held at once; past it a new one pushes out the oldest still waiting for its "
+        "headers (keep it under the process's descriptor limit, LimitNOFILE in the unit)",
+    )
 
     @model_validator(mode="after")
     def _token_off_loopback(self) -> HttpSettings:

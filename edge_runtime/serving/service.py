@@ -14,7 +14,7 @@ import ssl
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_runtime.config.schema import ServedModelConfig, ServeSettings
 from edge_runtime.mqtt.connection import MqttConnection
@@ -27,6 +27,9 @@ from edge_runtime.serving.http import HttpLimits, build_app
 from edge_runtime.serving.metrics import ModelMetrics
 from edge_runtime.serving.mqtt import MqttRequests
 from edge_runtime.serving.served import ServedModel
+
+if TYPE_CHECKING:
+    from edge_runtime.serving.connections import ConnectionLimits
 
 __all__ = ["Serving"]
 
@@ -52,6 +55,7 @@ class Serving:
         self.models: dict[str, ServedModel] = {}
         self.choices = BatchChoices(pool.state_dir)
         self.mqtt: MqttRequests | None = None
+        self.connections: ConnectionLimits | None = None  # the HTTP endpoint's, once started
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
@@ -131,6 +135,8 @@ class Serving:
     def _start_http(self) -> None:
         import uvicorn
 
+        from edge_runtime.serving.connections import ConnectionLimits, guarded_protocol
+
         http = self.settings.http
         token = http.token.get_secret_value() if http.token is not None else None
         app = build_app(
@@ -145,7 +151,9 @@ class Serving:
         if http.tls_cert_file is not None and http.tls_key_file is not None:
             tls = {"ssl_certfile": str(http.tls_cert_file), "ssl_keyfile": str(http.tls_key_file)}
             tls["ssl_version"] = ssl.PROTOCOL_TLS_SERVER
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=5, **tls)
+        self.connections = ConnectionLimits(http.max_connections, http.header_timeout_s)
+        config = uvicorn.Config(app, http=guarded_protocol(self.connections), log_level="warning", access_log=False,
+                                lifespan="off", timeout_keep_alive=5, **tls)  # fmt: skip
         self._server = uvicorn.Server(config)
         started = threading.Event()
         self._thread = threading.Thread(target=self._run_http, args=(sock, started.set), name="http", daemon=True)
@@ -158,7 +166,10 @@ class Serving:
     def _run_http(self, sock: socket.socket, on_started: Callable[[], None]) -> None:
         import asyncio
 
+        from edge_runtime.serving.connections import quiet_loop_errors
+
         async def serve() -> None:
+            quiet_loop_errors(asyncio.get_running_loop())
             task = asyncio.ensure_future(self._server.serve(sockets=[sock]))
             while not self._server.started and not task.done():
                 await asyncio.sleep(0.01)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from edge_runtime.config.schema import HttpSettings
+
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "edge-runtime.service"
 INSTALLED_BINARY = "/opt/edge-runtime/venv/bin/edge-runtime"
@@ -67,6 +69,8 @@ def test_unit_is_a_watched_notify_service_started_from_the_installed_venv() -> N
     assert settings["WatchdogSec"] == ["30"] and settings["Restart"] == ["on-failure"]
     assert settings["ExecStart"] == [f"{INSTALLED_BINARY} run --config /etc/edge-runtime/config.yaml"]
     assert settings["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+    nofile = int(settings["LimitNOFILE"][0])
+    assert nofile >= 4 * HttpSettings().max_connections, "an HTTP connection flood must not take every descriptor"
     installer = (REPO / "scripts" / "install.sh").read_text()
     assert "PREFIX=/opt/edge-runtime\n" in installer and "CONFIG_DIR=/etc/edge-runtime\n" in installer
 
