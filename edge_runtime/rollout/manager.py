@@ -108,7 +108,7 @@ class Rollouts:
         self.store.clear_staging()
         recovered = []
         for record in self.journal.interrupted():
-            self.store.activate(record.package, record.previous_release)
+            self._restore_pointer(record)
             reason = f"the box stopped while the rollout was {record.stage.value}; the release before runs"
             recovered.append(self.journal.roll_back(record, reason))
             log.warning("rollout %s of %s: %s", record.rollout_id, record.package, reason)
@@ -125,9 +125,14 @@ class Rollouts:
         with self._lock:
             if self._running is not None and self._running[1].is_alive():
                 raise EdgeRuntimeError(f"rollout {self._running[0].rollout_id} is still running; abort it first")
+            # what runs now is on disk before any step: a failure at any point goes back to it
+            running = self.store.active(request.package)
             record = self.journal.begin(
-                RolloutRecord(request.rollout_id, request.package, request.source, request.sha256.lower())
-            )
+                RolloutRecord(
+                    request.rollout_id, request.package, request.source, request.sha256.lower(),
+                    previous_release=running.release if running else None,
+                )
+            )  # fmt: skip
             stop = threading.Event()
             thread = threading.Thread(target=self._run, args=(record, request, stop), name="rollout", daemon=True)
             self._running = (record, thread, stop)
@@ -235,11 +240,10 @@ class Rollouts:
         return self._advance(record, Stage.STAGED, "installed already")
 
     def _verified(self, record: RolloutRecord, signed: SignedRelease, what: str) -> RolloutRecord:
-        """The record at `verified`, naming the release and the one it replaces (for a rollback)."""
-        active = self.store.active(record.package)
+        """The record at `verified`, naming the release (the one it replaces was recorded at the start)."""
         return self._advance(
             record, Stage.VERIFIED, f"{what}, signed by key {signed.key_id}",
-            release=signed.release, version=signed.version, previous_release=active.release if active else None,
+            release=signed.release, version=signed.version,
         )  # fmt: skip
 
     def _verify(self, unpacked: Path, request: RolloutRequest) -> SignedRelease:
@@ -369,7 +373,7 @@ class Rollouts:
         record = self.journal.get(rollout_id)
         if record is None or record.final:
             return
-        self.store.activate(record.package, record.previous_release)
+        self._restore_pointer(record)
         serving = self.host.serving()
         if served and serving is not None:
             # the release before, active again; the release floor was not raised, so it loads as it did
@@ -379,6 +383,15 @@ class Rollouts:
         log.warning("rollout %s of %s rolled back: %s", rollout_id, record.package, reason)
 
     # -- helpers ----------------------------------------------------------------------------------------
+
+    def _restore_pointer(self, record: RolloutRecord) -> None:
+        """The active pointer back to the release before, if this rollout moved it.
+
+        Only the switch moves the pointer, so a rollout that stopped before it leaves the pointer alone:
+        a record written by an older version before its release was verified says `None` there whatever
+        ran, and following it would take the box back to the config's package, under its release floor."""
+        if record.stage in (Stage.ACTIVE, Stage.PROBATION):
+            self.store.activate(record.package, record.previous_release)
 
     def _advance(self, record: RolloutRecord, stage: Stage, note: str, **changes: Any) -> RolloutRecord:
         record = self.journal.advance(record, stage, note, **changes)

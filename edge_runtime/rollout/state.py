@@ -80,7 +80,7 @@ class RolloutRecord:
     sha256: str
     release: int | None = None  # known once the signature is verified
     version: str | None = None
-    previous_release: int | None = None  # what ran before; None: the package the config names
+    previous_release: int | None = None  # what ran when it began (None: the package the config names)
     stage: Stage = Stage.DOWNLOADING
     reason: str = ""  # why it was rolled back
     steps: tuple[Step, ...] = field(default_factory=tuple)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import shutil
 import tarfile
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,7 @@ class Box:
     retained: dict[str, dict[str, Any]]
     rollouts: Rollouts
     package: str
+    config: PipelineConfig
 
     def request(self, rollout_id: str, archive: Path, **changes: Any) -> RolloutRequest:
         fields = {"package": self.package, "source": str(archive), "sha256": sha256_of(archive)} | changes
@@ -91,7 +95,7 @@ def box(face_package_dir: Path, astronaut_bgr: np.ndarray, tmp_path: Path) -> It
     )  # fmt: skip
     rollouts = Rollouts(host, RolloutSettings.model_validate(FAST), state, trust)
     pipeline.start()
-    yield Box(tmp_path, private, pool, trust, pipeline, sink, retained, rollouts, model.package.name)
+    yield Box(tmp_path, private, pool, trust, pipeline, sink, retained, rollouts, model.package.name, config)
     rollouts.close()
     pipeline.stop()
     pool.close()
@@ -219,6 +223,99 @@ def test_a_rollout_cut_short_is_rolled_back_at_the_next_start(box: Box, face_pac
         active = store.active(box.package)
         assert active is not None and active.release == 2, stopped_at
         assert box.retained[TOPICS.rollout(rollout_id)]["stage"] == "rolled_back"
+
+
+class Stalling(http.server.SimpleHTTPRequestHandler):
+    """Serves the files of its directory; `/500/...` always answers 500, `/stall/...` sends a few bytes and stops."""
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/500/"):
+            self.send_error(500)
+            return
+        if self.path.startswith("/stall/"):
+            self.send_response(200)
+            self.send_header("Content-Length", "1000000")
+            self.end_headers()
+            self.wfile.write(b"x" * 1000)
+            self.wfile.flush()
+            self.server.stalled.set()  # type: ignore[attr-defined]
+            self.server.release.wait(30)  # type: ignore[attr-defined]
+            return
+        super().do_GET()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def serving_files(directory: Path) -> Iterator[tuple[str, threading.Event]]:
+    """A real HTTP server on a loopback port for `directory`: its base URL, and an event set once it stalls."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(Stalling, directory=str(directory)))
+    server.stalled = threading.Event()  # type: ignore[attr-defined]
+    server.release = threading.Event()  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", server.stalled  # type: ignore[attr-defined]
+    finally:
+        server.release.set()  # type: ignore[attr-defined]
+        server.shutdown()
+        server.server_close()
+
+
+def test_every_failure_after_a_commit_goes_back_to_the_committed_release(box: Box, face_package_dir: Path) -> None:
+    """The release a rollout replaces is recorded before its first step: a rollout that fails before its
+    archive is verified, or a box killed while downloading, keeps release 2 running after a commit of 2,
+    rather than the config's release 1, which the box refuses from then on as a rollback attack."""
+    box.rollouts.settings = RolloutSettings.model_validate(FAST | {"download_attempts": 2, "download_timeout_s": 5})
+    archive = signed_release(face_package_dir, box.root / "v2", box.key, 2, "2.0")
+    assert box.run(box.request("r-2", archive)).stage is Stage.COMMITTED
+    corrupted = box.root / "corrupted.tar"
+    data = bytearray(archive.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    corrupted.write_bytes(data)
+    store, journal = box.pool.store, box.rollouts.journal
+
+    def still_on_release_2(why: str) -> None:
+        active = store.active(box.package)
+        assert active is not None and active.release == 2, why
+        assert box.trust.releases.installed(box.package) == 2, why
+
+    with serving_files(box.root) as (url, stalled):
+        cases = {
+            "mistyped": (f"{url}/v2/release-2.tarr", "404"),
+            "always-500": (f"{url}/500/release-2.tar", "500"),
+            "corrupted": (f"{url}/corrupted.tar", "sha256 is"),
+            "too-big": (f"{url}/v2/release-2.tar", "more than the limit"),
+        }
+        for rollout_id, (source, why) in cases.items():
+            if rollout_id == "too-big":
+                box.rollouts.settings = box.rollouts.settings.model_copy(update={"max_bytes": 1000})
+            record = box.run(box.request(rollout_id, archive, source=source))
+            assert record.stage is Stage.ROLLED_BACK and why in record.reason, (rollout_id, record.reason)
+            assert record.previous_release == 2, rollout_id
+            still_on_release_2(rollout_id)
+        # a box killed while downloading: what is on disk at that instant is what the next start finds
+        box.rollouts.start(box.request("killed", archive, source=f"{url}/stall/release-2.tar"))
+        assert stalled.wait(30)
+        on_disk = journal.path("killed").read_bytes()
+        box.rollouts.close()
+        journal.path("killed").write_bytes(on_disk)
+    (recovered,) = box.rollouts.recover()
+    assert recovered.rollout_id == "killed" and recovered.previous_release == 2
+    still_on_release_2("killed while downloading")
+    journal.begin(RolloutRecord("older-version", box.package, "x", "0" * 64))  # such records said None
+    (recovered,) = box.rollouts.recover()
+    assert recovered.rollout_id == "older-version"
+    still_on_release_2("a record an older version left at downloading")
+    # the next start loads release 2 for the config's package, as the daemon does
+    box.pipeline.stop()
+    restarted = ModelPool(look_at_box(), box.root / "state", box.root / "cache2", box.trust)
+    try:
+        model = restarted.acquire("faces", box.config.model, box.root / "config.yaml")
+        assert model.package.manifest.version == "2.0"
+    finally:
+        restarted.close()
 
 
 def test_a_package_only_served_rolls_out_and_back_on_failed_requests(face_package_dir: Path, tmp_path: Path) -> None:
