@@ -23,6 +23,7 @@ def test_keys_sign_verify_and_pack_as_an_operator_would(
     keys = tmp_path / "keys"
     status, out, _ = run(capsys, "keys", "new", "ops", "--dir", str(keys))
     assert status == 0 and f"private key: {keys / 'ops.key'}" in out
+    assert "in trust.keys to sign packages" in out and "in control.keys to sign operator commands" in out
     assert stat.S_IMODE((keys / "ops.key").stat().st_mode) == 0o600
 
     status, out, _ = run(capsys, "package", "sign", str(package), "--key", str(keys / "ops.key"), "--release", "4")
