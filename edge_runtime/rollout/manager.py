@@ -224,7 +224,7 @@ class Rollouts:
             self._roll_back(record.rollout_id, loaded, switched, served, f"the rollout failed: {error}", {})
 
     def _fetch_and_stage(self, record: RolloutRecord, request: RolloutRequest, stop: threading.Event) -> RolloutRecord:
-        from edge_runtime.rollout.download import fetch
+        from edge_runtime.rollout.download import DownloadStoppedError, fetch
 
         if request.installed and request.downgrade_to is not None:
             return self._stage_installed(record, request)
@@ -237,6 +237,9 @@ class Rollouts:
             )  # fmt: skip
             unpacked = unpack(archive, staging, max_bytes=settings.max_bytes, max_files=settings.max_files)
             signed = self._verify(unpacked, request)
+        except DownloadStoppedError:
+            # the part is in this rollout's staging folder, which the rollback removes: nothing resumes it
+            raise _RolledBack("aborted during the download; the bytes fetched are removed") from None
         except EdgeRuntimeError as error:
             raise _RolledBack(str(error)) from None
         record = self._verified(record, signed, f"release {signed.release}")

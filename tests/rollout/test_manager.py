@@ -223,6 +223,18 @@ def test_every_failure_after_a_commit_goes_back_to_the_committed_release(box: Bo
         restarted.close()
 
 
+def test_an_abort_during_the_download_says_what_becomes_of_the_bytes(box: Box, face_package_dir: Path) -> None:
+    archive = signed_release(face_package_dir, box.root / "v2", box.key, 2, "2.0")
+    with serving_files(box.root) as (url, stalled):
+        box.rollouts.start(box.request("stopped", archive, source=f"{url}/stall/release-2.tar"))
+        assert stalled.wait(30)
+        box.rollouts.abort("stopped")
+        record = box.rollouts.wait(30)
+    assert record is not None and record.stage is Stage.ROLLED_BACK
+    assert record.reason == "aborted during the download; the bytes fetched are removed"
+    assert not (box.pool.store.root / ".staging" / "stopped").exists()
+
+
 def test_a_package_only_served_rolls_out_and_back_on_failed_requests(face_package_dir: Path, tmp_path: Path) -> None:
     """No pipeline runs it: the new release is judged on its fidelity, then on the requests it answers."""
     import http.client
