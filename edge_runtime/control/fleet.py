@@ -28,6 +28,7 @@ from paho.mqtt.properties import Properties
 
 from edge_runtime.control.signed import sign_command
 from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.package.signing import load_private_key
 
 __all__ = ["BoxProgress", "FleetClient", "RolloutPlan", "new_rollout_id", "roll_out", "waves_of"]
 
@@ -59,6 +60,7 @@ class FleetClient:
     ) -> None:
         self.prefix = prefix
         self.key = key
+        load_private_key(key)  # a missing or exposed key is said before anything is sent
         self.reply_topic = f"edge-runtime-fleet/{uuid.uuid4().hex}/answers"
         self.online: dict[str, bool] = {}
         self.states: dict[tuple[str, str], dict[str, Any]] = {}

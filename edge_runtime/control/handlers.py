@@ -9,7 +9,8 @@
     models list                     models loaded, and the releases installed and active per package
     rollout start {rollout_id, package, url, sha256[, downgrade_to]}
     rollout abort {rollout_id}
-    rollback {package[, release]}   a rollout back to an installed release (the one before, by default)
+    rollback {package[, release]}   a rollout back to an installed release (by default the one that ran
+                                    committed before the active one, the config's package included)
 
 A handler answers a mapping, or raises CommandFailed with an HTTP-like code: the reply carries both.
 """
@@ -160,16 +161,11 @@ def _rollout_abort(context: ControlContext, args: dict[str, Any]) -> dict[str, A
 
 def _rollback(context: ControlContext, args: dict[str, Any]) -> dict[str, Any]:
     package = _name(args, "package")
-    release = args.get("release")
-    active = context.store.active(package)
-    if release is None:
-        earlier = [r for r in context.store.installed(package) if active is None or r < active.release]
-        if not earlier:
-            raise CommandFailed(409, f"no earlier release of {package} is installed here")
-        release = earlier[-1]
-    if not isinstance(release, int):
+    release = args.get("release")  # None: the one that ran committed before the active one
+    if release is not None and (not isinstance(release, int) or isinstance(release, bool)):
         raise CommandFailed(400, "release must be a release number")
-    rollout_id = str(args.get("rollout_id") or f"rollback-{package}-{release}-{uuid.uuid4().hex[:8]}")
+    named = "" if release is None else f"{release}-"
+    rollout_id = str(args.get("rollout_id") or f"rollback-{package}-{named}{uuid.uuid4().hex[:8]}")
     return {"rollout": context.rollouts.roll_back_to(rollout_id, package, release).to_dict()}
 
 

@@ -9,16 +9,20 @@ with their own modes rather than the archive's, counting the bytes it really wri
 Headers alone are not trusted: every byte read from the (decompressed) stream is counted against a
 cap derived from the limits, so a compression bomb or an oversized header stops early, and data left
 after what the headers declare (a member longer than its header says, which tarfile would otherwise
-skip silently) is refused. On any refusal the directory being unpacked into is removed, leaving the
-staging directory as it was.
+skip silently) is refused, and so is a member with the setuid or setgid bit (unpacking drops modes, so
+such a file could only be a mistake or a probe). A write that fails (a full disk) is this box's fault,
+not the archive's, and is said so, naming the directory. On any refusal or failure the directory being
+unpacked into is removed, leaving the staging directory as it was.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
 import zlib
@@ -129,6 +133,9 @@ def _checked_name(archive: str, member: tarfile.TarInfo) -> PurePosixPath:
         raise ArchiveRefused(archive, name, "is a device or fifo; a package holds files and folders only")
     if not (member.isreg() or member.isdir()) or member.issparse():
         raise ArchiveRefused(archive, name, "is not a regular file or a folder")
+    if member.mode & (stat.S_ISUID | stat.S_ISGID):
+        reason = f"has mode {member.mode:04o}, with the setuid or setgid bit; a package holds no such files"
+        raise ArchiveRefused(archive, name, reason)
     if not name or "\0" in name or "\\" in name:
         raise ArchiveRefused(archive, name, "has an empty or unusable name")
     path = PurePosixPath(name)
@@ -180,11 +187,14 @@ def unpack(
         _check_headers(archive_path, cap, max_bytes, max_files)
     except (tarfile.TarError, EOFError, OSError, zlib.error) as error:
         raise ArchiveRefused(archive, None, f"not a readable tar archive: {error}") from None
-    staging_dir.mkdir(parents=True, exist_ok=True)
-    target = Path(tempfile.mkdtemp(prefix="unpack-", dir=staging_dir))
+    try:
+        staging_dir.mkdir(parents=True, exist_ok=True)
+        target = Path(tempfile.mkdtemp(prefix="unpack-", dir=staging_dir))
+    except OSError as error:
+        raise _unwritable(archive, staging_dir, error) from None
     try:
         _extract(archive_path, target, cap, max_bytes, max_files)
-    except ArchiveRefused:
+    except EdgeRuntimeError:
         shutil.rmtree(target)
         raise
     except (tarfile.TarError, EOFError, OSError, zlib.error) as error:
@@ -207,14 +217,29 @@ def _extract(archive_path: Path, target: Path, cap: int, max_bytes: int, max_fil
             if member.isdir():
                 destination.mkdir(mode=0o755, parents=True, exist_ok=True)
                 continue
-            destination.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
             source = tar.extractfile(member)
             if source is None:
                 raise ArchiveRefused(archive, member.name, "has no data to read")
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-            with os.fdopen(os.open(destination, flags, 0o644), "wb") as out:
-                while chunk := source.read(_CHUNK):
+            try:
+                destination.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+                out = os.fdopen(os.open(destination, flags, 0o644), "wb")
+            except OSError as error:
+                raise _unwritable(archive, target.parent, error) from None
+            with out:
+                while chunk := source.read(_CHUNK):  # reading is the archive's part: its errors are the archive's
                     written += len(chunk)
                     if written > max_bytes:
                         raise ArchiveRefused(archive, member.name, f"the files add up to more than {max_bytes} bytes")
-                    out.write(chunk)
+                    try:
+                        out.write(chunk)
+                        out.flush()
+                    except OSError as error:
+                        raise _unwritable(archive, target.parent, error) from None
+
+
+def _unwritable(archive: str, directory: Path, error: OSError) -> EdgeRuntimeError:
+    """A failure of this box's disk, not of the archive: said as such, naming the directory."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return EdgeRuntimeError(f"cannot unpack {archive}: the disk holding {directory} is full ({error.strerror})")
+    return EdgeRuntimeError(f"cannot unpack {archive} into {directory}: {error.strerror or error}")

@@ -23,6 +23,7 @@ import binascii
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -100,16 +101,26 @@ def read_public_key(path: Path) -> TrustedKey:
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:
+    """The key in `path`, refused as ssh refuses one when anyone but its owner may read or change the file:
+    a key others could read is no longer the owner's alone, and signing with it would hide that."""
     try:
+        mode = stat.S_IMODE(path.stat().st_mode)
         pem = path.read_bytes()
     except OSError as error:
-        raise EdgeRuntimeError(f"cannot read private key {path}: {error.strerror}") from None
+        dangling = path.is_symlink() and not path.exists()
+        where = f"it is a link to {path.readlink()}, which does not exist" if dangling else error.strerror
+        raise EdgeRuntimeError(f"cannot read private key {path}: {where}") from None
     try:
         key = serialization.load_pem_private_key(pem, password=None)
     except (ValueError, TypeError) as error:
         raise EdgeRuntimeError(f"{path} is not an unencrypted PEM private key ({error})") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise EdgeRuntimeError(f"{path} is not an Ed25519 private key (it is {type(key).__name__})")
+    if mode & 0o077:
+        raise EdgeRuntimeError(
+            f"private key {path} has mode {mode:04o}: group or others may read or change it, so it is not used; "
+            f"run `chmod 600 {path}` (and make a new key if others may have read it)"
+        )
     return key
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,10 +106,13 @@ class ModelStore:
         releases = self._releases(package)
         return sorted(int(p.name) for p in releases.iterdir() if p.name.isdigit()) if releases.is_dir() else []
 
-    def prune(self, package: str) -> list[int]:
-        """Remove all but the active release and the `keep` highest others; returns what was removed."""
+    def prune(self, package: str, keep_also: Collection[int] = ()) -> list[int]:
+        """Remove all but the active release, `keep_also` (what a rollback goes to) and the `keep` highest
+        others; returns what was removed."""
         current = self.active(package)
-        others = [r for r in self.installed(package) if current is None or r != current.release]
+        others = [
+            r for r in self.installed(package) if (current is None or r != current.release) and r not in keep_also
+        ]
         removed = others[: max(0, len(others) - self.keep)]
         for release in removed:
             shutil.rmtree(self._releases(package) / str(release), ignore_errors=True)

@@ -27,7 +27,7 @@ from edge_runtime.config.schema import PipelineConfig
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.archive import unpack
-from edge_runtime.package.signing import SignedRelease, verify_package
+from edge_runtime.package.signing import SignedRelease, TrustedKey, verify_package
 from edge_runtime.package.store import ModelStore
 from edge_runtime.package.trust import TrustPolicy
 from edge_runtime.pipeline.build import decoder_for, input_spec_for
@@ -35,6 +35,7 @@ from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.placement.model_pool import ModelPool
 from edge_runtime.rollout.probation import ProbationLimits, watch_all
+from edge_runtime.rollout.rollback import rollback_target
 from edge_runtime.rollout.served import check_served, served_failures, served_models
 from edge_runtime.rollout.shadow import ShadowLimits, run_shadow
 from edge_runtime.rollout.state import Journal, RolloutRecord, Stage
@@ -55,6 +56,8 @@ class RolloutRequest:
     sha256: str
     downgrade_to: int | None = None  # the one lower release the operator asks for, if any
     installed: bool = False  # the release `downgrade_to` is installed here already: nothing to download
+    rollback: bool = False  # a return to a release that ran committed before (see `rollback`)
+    config_package: bool = False  # that release is the config's own package: the commit removes the pointer
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ class Rollouts:
         self.store.clear_staging()
         recovered = []
         for record in self.journal.interrupted():
-            self.store.activate(record.package, record.previous_release)
+            self._restore_pointer(record)
             reason = f"the box stopped while the rollout was {record.stage.value}; the release before runs"
             recovered.append(self.journal.roll_back(record, reason))
             log.warning("rollout %s of %s: %s", record.rollout_id, record.package, reason)
@@ -120,14 +123,19 @@ class Rollouts:
 
     def start(self, request: RolloutRequest) -> RolloutRecord:
         """Begin `request` on a thread of its own; raises EdgeRuntimeError when another one runs or it is refused."""
-        if self.trust is None or not self.trust.keys:
-            raise EdgeRuntimeError("this box trusts no signing key (trust.keys), so it takes no rollout")
+        self._trusted()
         with self._lock:
             if self._running is not None and self._running[1].is_alive():
                 raise EdgeRuntimeError(f"rollout {self._running[0].rollout_id} is still running; abort it first")
+            # what runs now is on disk before any step: a failure at any point goes back to it
+            running = self.store.active(request.package)
             record = self.journal.begin(
-                RolloutRecord(request.rollout_id, request.package, request.source, request.sha256.lower())
-            )
+                RolloutRecord(
+                    request.rollout_id, request.package, request.source, request.sha256.lower(),
+                    previous_release=running.release if running else None, rollback=request.rollback,
+                    config_package=request.config_package,
+                )
+            )  # fmt: skip
             stop = threading.Event()
             thread = threading.Thread(target=self._run, args=(record, request, stop), name="rollout", daemon=True)
             self._running = (record, thread, stop)
@@ -135,12 +143,23 @@ class Rollouts:
         thread.start()
         return record
 
-    def roll_back_to(self, rollout_id: str, package: str, release: int) -> RolloutRecord:
-        """A rollout back to a release installed here: verified again, shadowed and on probation like any other."""
+    def roll_back_to(self, rollout_id: str, package: str, release: int | None = None) -> RolloutRecord:
+        """A rollout back to a release installed here: verified again, shadowed and on probation like any other.
+
+        Without `release`, to the one that ran committed before the active one, the config's own package
+        included (see `rollback`); a release that was itself rolled back is never chosen."""
+        to_config = False
+        if release is None:
+            release, to_config = rollback_target(self.journal, self.store, self.host, self._trusted(), package)
         path = self.store.path(package, release)
         if not path.is_dir():
             raise EdgeRuntimeError(f"release {release} of {package} is not installed here")
-        return self.start(RolloutRequest(rollout_id, package, str(path), "0" * 64, release, installed=True))
+        return self.start(
+            RolloutRequest(
+                rollout_id, package, str(path), "0" * 64, release, installed=True, rollback=True,
+                config_package=to_config,
+            )
+        )  # fmt: skip
 
     def abort(self, rollout_id: str) -> None:
         with self._lock:
@@ -205,7 +224,7 @@ class Rollouts:
             self._roll_back(record.rollout_id, loaded, switched, served, f"the rollout failed: {error}", {})
 
     def _fetch_and_stage(self, record: RolloutRecord, request: RolloutRequest, stop: threading.Event) -> RolloutRecord:
-        from edge_runtime.rollout.download import fetch
+        from edge_runtime.rollout.download import DownloadStoppedError, fetch
 
         if request.installed and request.downgrade_to is not None:
             return self._stage_installed(record, request)
@@ -218,6 +237,9 @@ class Rollouts:
             )  # fmt: skip
             unpacked = unpack(archive, staging, max_bytes=settings.max_bytes, max_files=settings.max_files)
             signed = self._verify(unpacked, request)
+        except DownloadStoppedError:
+            # the part is in this rollout's staging folder, which the rollback removes: nothing resumes it
+            raise _RolledBack("aborted during the download; the bytes fetched are removed") from None
         except EdgeRuntimeError as error:
             raise _RolledBack(str(error)) from None
         record = self._verified(record, signed, f"release {signed.release}")
@@ -235,11 +257,10 @@ class Rollouts:
         return self._advance(record, Stage.STAGED, "installed already")
 
     def _verified(self, record: RolloutRecord, signed: SignedRelease, what: str) -> RolloutRecord:
-        """The record at `verified`, naming the release and the one it replaces (for a rollback)."""
-        active = self.store.active(record.package)
+        """The record at `verified`, naming the release (the one it replaces was recorded at the start)."""
         return self._advance(
             record, Stage.VERIFIED, f"{what}, signed by key {signed.key_id}",
-            release=signed.release, version=signed.version, previous_release=active.release if active else None,
+            release=signed.release, version=signed.version,
         )  # fmt: skip
 
     def _verify(self, unpacked: Path, request: RolloutRequest) -> SignedRelease:
@@ -297,7 +318,7 @@ class Rollouts:
     ) -> RolloutRecord:
         """The active pointer first, then the served models and each pipeline between two of its items."""
         record = self._advance(record, Stage.ACTIVE, "switching", checks=record.checks)
-        self.store.activate(record.package, record.release)
+        self.store.activate(record.package, record.runs)
         serving = self.host.serving()
         if serving is not None:
             served.extend(serving.take_release(record.package, record_release=False, downgrade_to=record.release))
@@ -342,7 +363,8 @@ class Rollouts:
                 self.trust.releases.lower_to(record.package, record.release)
             else:
                 self.trust.releases.record(record.package, record.release)
-        removed = self.store.prune(record.package)
+        before = self.journal.history(record.package)[-2:-1]  # what a rollback from here goes to stays installed
+        removed = self.store.prune(record.package, keep_also={r for r in before if r is not None})
         log.info(
             "rollout %s: %s release %s committed%s", record.rollout_id, record.package, record.release,
             f"; removed releases {removed}" if removed else "",
@@ -369,7 +391,7 @@ class Rollouts:
         record = self.journal.get(rollout_id)
         if record is None or record.final:
             return
-        self.store.activate(record.package, record.previous_release)
+        self._restore_pointer(record)
         serving = self.host.serving()
         if served and serving is not None:
             # the release before, active again; the release floor was not raised, so it loads as it did
@@ -379,6 +401,17 @@ class Rollouts:
         log.warning("rollout %s of %s rolled back: %s", rollout_id, record.package, reason)
 
     # -- helpers ----------------------------------------------------------------------------------------
+
+    def _trusted(self) -> list[TrustedKey]:
+        if self.trust is None or not self.trust.keys:
+            raise EdgeRuntimeError("this box trusts no signing key (trust.keys), so it takes no rollout")
+        return list(self.trust.keys)
+
+    def _restore_pointer(self, record: RolloutRecord) -> None:
+        """The active pointer back to the release before, if this rollout moved it (only the switch does:
+        older versions wrote `None` there until verification, whatever ran)."""
+        if record.stage in (Stage.ACTIVE, Stage.PROBATION):
+            self.store.activate(record.package, record.previous_release)
 
     def _advance(self, record: RolloutRecord, stage: Stage, note: str, **changes: Any) -> RolloutRecord:
         record = self.journal.advance(record, stage, note, **changes)

@@ -80,7 +80,9 @@ class RolloutRecord:
     sha256: str
     release: int | None = None  # known once the signature is verified
     version: str | None = None
-    previous_release: int | None = None  # what ran before; None: the package the config names
+    previous_release: int | None = None  # what ran when it began (None: the package the config names)
+    rollback: bool = False  # a return to a release committed before: it ends the history after that release
+    config_package: bool = False  # the release is the config's own package: the active pointer goes
     stage: Stage = Stage.DOWNLOADING
     reason: str = ""  # why it was rolled back
     steps: tuple[Step, ...] = field(default_factory=tuple)
@@ -89,6 +91,11 @@ class RolloutRecord:
     @property
     def final(self) -> bool:
         return self.stage in FINAL
+
+    @property
+    def runs(self) -> int | None:
+        """What runs once it commits, as `previous_release` names it (None: the config's own package)."""
+        return None if self.config_package else self.release
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -149,6 +156,26 @@ class Journal:
             except (OSError, ValueError, KeyError, TypeError) as error:
                 log.error("rollout record %s is unreadable (%s); it is left as it is", path, error)
         return sorted(found, key=lambda r: r.steps[0].at if r.steps else "")
+
+    def history(self, package: str) -> list[int | None]:
+        """What ran of `package` and was committed, oldest first, ending with what runs now (None: the
+        config's own package); empty before the first commit. A rollback walks back through it.
+
+        A rollout that commits adds its release; a rollback that commits returns to an entry, and what
+        came after it is dropped, so a second rollback goes further back rather than forth again. A
+        release that was rolled back never ran committed, so it never appears."""
+        ran: list[int | None] = []
+        for record in self.records():
+            if record.package != package or record.stage is not Stage.COMMITTED:
+                continue
+            if not ran:
+                ran.append(record.previous_release)
+            earlier = ran[:-1]
+            if record.rollback and record.runs in earlier:
+                del ran[len(earlier) - earlier[::-1].index(record.runs) :]
+            else:
+                ran.append(record.runs)
+        return ran
 
     def get(self, rollout_id: str) -> RolloutRecord | None:
         return next((r for r in self.records() if r.rollout_id == rollout_id), None)

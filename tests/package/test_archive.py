@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+import subprocess
+import sys
 import tarfile
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -167,3 +170,39 @@ def test_an_archive_made_with_tar_dash_c_dot_unpacks(package: Path, tmp_path: Pa
     unpacked = unpack(archive, tmp_path / "staging")
     assert (unpacked / "model.yaml").read_bytes() == (package / "model.yaml").read_bytes()
     assert (unpacked / "openvino" / "fp32" / "model.bin").stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize("mode", [0o4755, 0o2755, 0o6755], ids=lambda mode: f"{mode:04o}")
+def test_a_setuid_or_setgid_member_is_refused(mode: int, tmp_path: Path) -> None:
+    def add(tar: tarfile.TarFile) -> None:
+        info = tarfile.TarInfo("tool")
+        info.size, info.mode = 4, mode
+        tar.addfile(info, io.BytesIO(b"\x7fELF"))
+
+    error = refused(write_tar(tmp_path / "suid.tar", file_member("model.yaml"), add), tmp_path)
+    assert error.member == "tool" and f"has mode {mode:04o}, with the setuid or setgid bit" in error.reason
+
+
+def test_a_write_that_fails_is_the_disk_not_the_archive(package: Path, tmp_path: Path) -> None:
+    """Writes past the file size limit fail as writes to a full disk do; the archive is not to blame."""
+    archive = pack(package, tmp_path / "face.tar")
+    staging = tmp_path / "staging"
+    script = (
+        "import resource, sys\n"
+        "from pathlib import Path\n"
+        "from edge_runtime.errors import ArchiveRefused, EdgeRuntimeError\n"
+        "from edge_runtime.package.archive import unpack\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+        "try:\n"
+        "    unpack(Path(sys.argv[1]), Path(sys.argv[2]))\n"
+        "except ArchiveRefused as error:\n"
+        "    print('refused:', error)\n"
+        "except EdgeRuntimeError as error:\n"
+        "    print('error:', error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(archive), str(staging)], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )  # fmt: skip
+    assert done.stdout == f"error: cannot unpack {archive} into {staging}: File too large\n", done.stderr
+    assert list(staging.iterdir()) == []  # what was written is removed

@@ -23,6 +23,7 @@ def test_keys_sign_verify_and_pack_as_an_operator_would(
     keys = tmp_path / "keys"
     status, out, _ = run(capsys, "keys", "new", "ops", "--dir", str(keys))
     assert status == 0 and f"private key: {keys / 'ops.key'}" in out
+    assert "in trust.keys to sign packages" in out and "in control.keys to sign operator commands" in out
     assert stat.S_IMODE((keys / "ops.key").stat().st_mode) == 0o600
 
     status, out, _ = run(capsys, "package", "sign", str(package), "--key", str(keys / "ops.key"), "--release", "4")
@@ -52,3 +53,39 @@ def test_verify_exits_non_zero_with_the_reason_for_a_tampered_package(
     assert err.startswith(
         f"edge-runtime: error: package {signed_package} refused: model.yaml changed after it was signed"
     )
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o666, 0o640, 0o604], ids=lambda mode: f"{mode:04o}")
+def test_a_private_key_others_may_read_is_refused_naming_the_fix(
+    package: Path, keys: tuple[Path, Path], mode: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    private = keys[0]
+    private.chmod(mode)
+    for command in (
+        ["package", "sign", str(package), "--key", str(private), "--release", "4"],
+        ["fleet", "--key", str(private), "--host", "127.0.0.1", "--port", "1", "status"],  # said before connecting
+    ):
+        status, out, err = run(capsys, *command)
+        assert (status, out) == (2, "")
+        assert err == (
+            f"edge-runtime: error: private key {private} has mode {mode:04o}: group or others may read or change it, "
+            f"so it is not used; run `chmod 600 {private}` (and make a new key if others may have read it)\n"
+        )
+    assert not (package / "signature.json").exists()
+    private.chmod(0o400)  # read-only for its owner is as private as 0600
+    assert run(capsys, "package", "sign", str(package), "--key", str(private), "--release", "4")[0] == 0
+
+
+def test_a_dangling_key_path_is_one_line(package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    link = tmp_path / "ops.key"
+    link.symlink_to(tmp_path / "gone" / "ops.key")
+    for command in (
+        ["package", "sign", str(package), "--key", str(link), "--release", "4"],
+        ["fleet", "--key", str(link), "--host", "127.0.0.1", "--port", "1", "status"],
+    ):
+        status, out, err = run(capsys, *command)
+        assert (status, out) == (2, "")
+        assert err == (
+            f"edge-runtime: error: cannot read private key {link}: it is a link to {tmp_path / 'gone' / 'ops.key'}, "
+            "which does not exist\n"
+        )

@@ -65,3 +65,12 @@ def test_resolve_gives_the_active_release_of_a_configured_package(tmp_path: Path
     assert store.resolve(face_package_dir) == installed.path
     assert store.resolve(installed.path) == installed.path  # a release named on purpose stays itself
     assert store.resolve(tmp_path / "model.onnx") == tmp_path / "model.onnx"  # a bare file: nothing to resolve
+
+
+def test_prune_keeps_what_a_rollback_goes_to(tmp_path: Path, face_package_dir: Path) -> None:
+    store = ModelStore(tmp_path, keep=1)
+    for release in (2, 5, 6, 7):
+        store.install("faces", release, staged(store, f"r-{release}", face_package_dir))
+    store.activate("faces", 7)
+    assert store.prune("faces", keep_also={2}) == [5]
+    assert store.installed("faces") == [2, 6, 7]

@@ -2,108 +2,28 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import shutil
 import tarfile
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pytest
-from live_rollout import Camera, CountingSink, signed_release
+from live_rollout import FAST, TOPICS, Box, signed_release, versions_in_order, wait_for_results
 
 from edge_runtime.config.rollout import RolloutSettings
-from edge_runtime.config.schema import PipelineConfig
-from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.archive import pack, unpack
 from edge_runtime.package.loader import sha256_of
 from edge_runtime.package.signing import generate_keys, read_public_key
 from edge_runtime.package.trust import TrustPolicy
-from edge_runtime.pipeline.build import decoder_for, input_spec_for
-from edge_runtime.pipeline.outputs import PublishPolicy
-from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.loading import look_at_box
 from edge_runtime.placement.model_pool import ModelPool
 from edge_runtime.rollout.manager import RolloutHost, RolloutRequest, Rollouts
 from edge_runtime.rollout.state import RolloutRecord, Stage
-
-TOPICS = Topics("edge", "box")
-# The latency bound is loose here: these tests are about the steps, on a machine whose other work moves
-# a 1 ms model's timings by more than the default bound; the bound itself is tested with an impossible one.
-FAST = {
-    "shadow": {"items": 8, "max_seconds": 30, "max_latency_ratio": 5.0},
-    "probation": {"seconds": 1.0, "stall_seconds": 5.0},
-}
-
-
-@dataclass
-class Box:
-    root: Path
-    key: Path
-    pool: ModelPool
-    trust: TrustPolicy
-    pipeline: Pipeline
-    sink: CountingSink
-    retained: dict[str, dict[str, Any]]
-    rollouts: Rollouts
-    package: str
-
-    def request(self, rollout_id: str, archive: Path, **changes: Any) -> RolloutRequest:
-        fields = {"package": self.package, "source": str(archive), "sha256": sha256_of(archive)} | changes
-        return RolloutRequest(rollout_id, **fields)
-
-    def run(self, request: RolloutRequest) -> Any:
-        self.rollouts.start(request)
-        record = self.rollouts.wait(120)
-        assert record is not None, "the rollout did not end"
-        return record
-
-    def results(self) -> list[dict[str, Any]]:
-        messages = [json.loads(p) for t, p in list(self.sink.messages) if t == TOPICS.result("faces")]
-        return sorted(messages, key=lambda m: int(m["index"]))
-
-
-@pytest.fixture
-def box(face_package_dir: Path, astronaut_bgr: np.ndarray, tmp_path: Path) -> Iterator[Box]:
-    private, public = generate_keys("ops", tmp_path / "keys")
-    state = tmp_path / "state"
-    trust = TrustPolicy.build([read_public_key(public)], None, state)
-    first = unpack(signed_release(face_package_dir, tmp_path / "v1", private, 1, "1.0"), tmp_path / "installed")
-    config = PipelineConfig.model_validate(
-        {"name": "faces", "source": {"type": "folder", "path": str(tmp_path)},
-         "model": {"path": str(first), "backend": "openvino", "precision": "fp32"}}
-    )  # fmt: skip
-    pool = ModelPool(look_at_box(), state, tmp_path / "cache", trust)
-    model = pool.acquire("faces", config.model, tmp_path / "config.yaml", unpaced=config.source.unpaced)
-    sink = CountingSink()
-    pipeline = Pipeline(
-        name="faces", topics=TOPICS, source=Camera(astronaut_bgr, fps=60), model=model,
-        decoder=decoder_for(config, model), input_spec=input_spec_for(config, model), policy=PublishPolicy(), sink=sink,
-    )  # fmt: skip
-    retained: dict[str, dict[str, Any]] = {}
-    host = RolloutHost(
-        pool=pool, config_file=tmp_path / "config.yaml", pipelines=lambda: {"faces": pipeline},
-        pipeline_config=lambda name: config, topics=TOPICS,
-        publish=lambda topic, payload: retained.__setitem__(topic, json.loads(payload)),
-    )  # fmt: skip
-    rollouts = Rollouts(host, RolloutSettings.model_validate(FAST), state, trust)
-    pipeline.start()
-    yield Box(tmp_path, private, pool, trust, pipeline, sink, retained, rollouts, model.package.name)
-    rollouts.close()
-    pipeline.stop()
-    pool.close()
-
-
-def versions_in_order(results: list[dict[str, Any]]) -> list[str]:
-    """The model versions results name, one entry per run of equal versions."""
-    runs: list[str] = []
-    for message in results:
-        if not runs or runs[-1] != message["model"]["version"]:
-            runs.append(message["model"]["version"])
-    return runs
 
 
 def test_a_good_release_is_committed_and_takes_over_between_two_frames(box: Box, face_package_dir: Path) -> None:
@@ -123,17 +43,6 @@ def test_a_good_release_is_committed_and_takes_over_between_two_frames(box: Box,
     assert active is not None and active.release == 2
     assert box.trust.releases.installed(box.package) == 2  # later loads refuse release 1 now
     assert box.retained[TOPICS.rollout("r-2")]["stage"] == "committed"
-
-
-def wait_for_results(box: Box, count: int) -> None:
-    target = box.sink.count + count
-    done = threading.Event()
-    for _ in range(200):
-        if box.sink.count >= target:
-            done.set()
-            break
-        done.wait(0.05)
-    assert done.is_set()
 
 
 def test_a_release_slower_than_the_bound_is_rolled_back_in_the_shadow(box: Box, face_package_dir: Path) -> None:
@@ -219,6 +128,111 @@ def test_a_rollout_cut_short_is_rolled_back_at_the_next_start(box: Box, face_pac
         active = store.active(box.package)
         assert active is not None and active.release == 2, stopped_at
         assert box.retained[TOPICS.rollout(rollout_id)]["stage"] == "rolled_back"
+
+
+class Stalling(http.server.SimpleHTTPRequestHandler):
+    """Serves the files of its directory; `/500/...` always answers 500, `/stall/...` sends a few bytes and stops."""
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/500/"):
+            self.send_error(500)
+            return
+        if self.path.startswith("/stall/"):
+            self.send_response(200)
+            self.send_header("Content-Length", "1000000")
+            self.end_headers()
+            self.wfile.write(b"x" * 1000)
+            self.wfile.flush()
+            self.server.stalled.set()  # type: ignore[attr-defined]
+            self.server.release.wait(30)  # type: ignore[attr-defined]
+            return
+        super().do_GET()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def serving_files(directory: Path) -> Iterator[tuple[str, threading.Event]]:
+    """A real HTTP server on a loopback port for `directory`: its base URL, and an event set once it stalls."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(Stalling, directory=str(directory)))
+    server.stalled = threading.Event()  # type: ignore[attr-defined]
+    server.release = threading.Event()  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", server.stalled  # type: ignore[attr-defined]
+    finally:
+        server.release.set()  # type: ignore[attr-defined]
+        server.shutdown()
+        server.server_close()
+
+
+def test_every_failure_after_a_commit_goes_back_to_the_committed_release(box: Box, face_package_dir: Path) -> None:
+    """The release a rollout replaces is recorded before its first step: a rollout that fails before its
+    archive is verified, or a box killed while downloading, keeps release 2 running after a commit of 2,
+    rather than the config's release 1, which the box refuses from then on as a rollback attack."""
+    box.rollouts.settings = RolloutSettings.model_validate(FAST | {"download_attempts": 2, "download_timeout_s": 5})
+    archive = signed_release(face_package_dir, box.root / "v2", box.key, 2, "2.0")
+    assert box.run(box.request("r-2", archive)).stage is Stage.COMMITTED
+    corrupted = box.root / "corrupted.tar"
+    data = bytearray(archive.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    corrupted.write_bytes(data)
+    store, journal = box.pool.store, box.rollouts.journal
+
+    def still_on_release_2(why: str) -> None:
+        active = store.active(box.package)
+        assert active is not None and active.release == 2, why
+        assert box.trust.releases.installed(box.package) == 2, why
+
+    with serving_files(box.root) as (url, stalled):
+        cases = {
+            "mistyped": (f"{url}/v2/release-2.tarr", "404"),
+            "always-500": (f"{url}/500/release-2.tar", "500"),
+            "corrupted": (f"{url}/corrupted.tar", "sha256 is"),
+            "too-big": (f"{url}/v2/release-2.tar", "more than the limit"),
+        }
+        for rollout_id, (source, why) in cases.items():
+            if rollout_id == "too-big":
+                box.rollouts.settings = box.rollouts.settings.model_copy(update={"max_bytes": 1000})
+            record = box.run(box.request(rollout_id, archive, source=source))
+            assert record.stage is Stage.ROLLED_BACK and why in record.reason, (rollout_id, record.reason)
+            assert record.previous_release == 2, rollout_id
+            still_on_release_2(rollout_id)
+        # a box killed while downloading: what is on disk at that instant is what the next start finds
+        box.rollouts.start(box.request("killed", archive, source=f"{url}/stall/release-2.tar"))
+        assert stalled.wait(30)
+        on_disk = journal.path("killed").read_bytes()
+        box.rollouts.close()
+        journal.path("killed").write_bytes(on_disk)
+    (recovered,) = box.rollouts.recover()
+    assert recovered.rollout_id == "killed" and recovered.previous_release == 2
+    still_on_release_2("killed while downloading")
+    journal.begin(RolloutRecord("older-version", box.package, "x", "0" * 64))  # such records said None
+    (recovered,) = box.rollouts.recover()
+    assert recovered.rollout_id == "older-version"
+    still_on_release_2("a record an older version left at downloading")
+    # the next start loads release 2 for the config's package, as the daemon does
+    box.pipeline.stop()
+    restarted = ModelPool(look_at_box(), box.root / "state", box.root / "cache2", box.trust)
+    try:
+        model = restarted.acquire("faces", box.config.model, box.root / "config.yaml")
+        assert model.package.manifest.version == "2.0"
+    finally:
+        restarted.close()
+
+
+def test_an_abort_during_the_download_says_what_becomes_of_the_bytes(box: Box, face_package_dir: Path) -> None:
+    archive = signed_release(face_package_dir, box.root / "v2", box.key, 2, "2.0")
+    with serving_files(box.root) as (url, stalled):
+        box.rollouts.start(box.request("stopped", archive, source=f"{url}/stall/release-2.tar"))
+        assert stalled.wait(30)
+        box.rollouts.abort("stopped")
+        record = box.rollouts.wait(30)
+    assert record is not None and record.stage is Stage.ROLLED_BACK
+    assert record.reason == "aborted during the download; the bytes fetched are removed"
+    assert not (box.pool.store.root / ".staging" / "stopped").exists()
 
 
 def test_a_package_only_served_rolls_out_and_back_on_failed_requests(face_package_dir: Path, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,27 @@ def test_an_id_is_used_once(tmp_path: Path) -> None:
     journal.begin(record())
     with pytest.raises(EdgeRuntimeError, match="exists already"):
         journal.begin(record())
+
+
+def test_the_history_holds_what_ran_committed_and_a_rollback_walks_back_through_it(tmp_path: Path) -> None:
+    journal = Journal(tmp_path)
+    assert journal.history("faces") == []
+
+    def ended(rollout_id: str, release: int, previous: int | None, *, committed: bool = True, **flags: bool) -> None:
+        current = journal.begin(replace(record(rollout_id), previous_release=previous, **flags))
+        if not committed:
+            journal.roll_back(current, "the shadow failed")
+            return
+        for stage in ORDERED:
+            current = journal.advance(current, stage, **({"release": release} if stage is Stage.VERIFIED else {}))
+
+    ended("r-2", 2, None)
+    ended("r-3", 3, 2, committed=False)  # rejected: it never ran committed
+    ended("r-4", 4, 2)
+    assert journal.history("faces") == [None, 2, 4]
+    ended("back-1", 2, 4, rollback=True)
+    assert journal.history("faces") == [None, 2]  # a second rollback goes further back, not to 4 again
+    ended("back-2", 1, 2, rollback=True, config_package=True)
+    assert journal.history("faces") == [None]
+    ended("r-5", 5, None)
+    assert journal.history("faces") == [None, 5] and journal.history("other") == []
