@@ -41,16 +41,20 @@ def folder_source(path: Path, **fields: object) -> ImageFolderSource:
     return source
 
 
+def play_once(path: Path) -> tuple[ImageFolderSource, list[Frame]]:
+    source = folder_source(path)
+    source.start()
+    try:
+        return source, read_all(source)
+    finally:
+        source.close()
+
+
 def test_once_in_natural_order_skipping_an_unreadable_file(
     photo_folder: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="edge_runtime.sources")
-    source = folder_source(photo_folder)
-    source.start()
-    try:
-        frames = read_all(source)
-    finally:
-        source.close()
+    source, frames = play_once(photo_folder)
     assert [corner(frame) for frame in frames] == [1, 2, 10]
     assert [frame.index for frame in frames] == [0, 1, 2]
     assert frames[0].image.shape == (512, 512, 3)
@@ -95,12 +99,7 @@ def test_an_image_declaring_too_many_pixels_is_skipped_before_it_is_decoded(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="edge_runtime.sources")
     (photo_folder / "img5.jpg").write_bytes(png_declaring(30000, 30000))  # a PNG under a .jpg name, as uploads go
-    source = folder_source(photo_folder)
-    source.start()
-    try:
-        frames = read_all(source)
-    finally:
-        source.close()
+    source, frames = play_once(photo_folder)
     assert [corner(frame) for frame in frames] == [1, 2, 10]
     assert source.stats.malformed == 2
     assert "img5.jpg: it declares 30000×30000 pixels (900,000,000), over the limit of 50,000,000" in caplog.text
