@@ -1,0 +1,1 @@
+"""LiteRT (TensorFlow Lite) with its delegates: XNNPACK, Edge TPU, GPU."""

@@ -1,0 +1,1 @@
+"""ONNX Runtime with the TensorRT, CUDA and CPU execution providers."""

@@ -1,0 +1,1 @@
+"""OpenVINO: CPU, integrated and discrete GPU, NPU."""
