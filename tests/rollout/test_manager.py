@@ -235,6 +235,18 @@ def test_an_abort_during_the_download_says_what_becomes_of_the_bytes(box: Box, f
     assert not (box.pool.store.root / ".staging" / "stopped").exists()
 
 
+def test_a_download_past_its_deadline_fails_the_rollout_naming_the_setting(box: Box, face_package_dir: Path) -> None:
+    """A server that stalls within the per-read timeout's reach would hold the box in `downloading`."""
+    box.rollouts.settings = RolloutSettings.model_validate(FAST | {"download_deadline_s": 1})
+    archive = signed_release(face_package_dir, box.root / "v2", box.key, 2, "2.0")
+    with serving_files(box.root) as (url, _):
+        record = box.run(box.request("slow", archive, source=f"{url}/stall/release-2.tar"))
+    assert record.stage is Stage.ROLLED_BACK
+    assert "not finished within its deadline of 1 s (1000 bytes fetched)" in record.reason, record.reason
+    assert record.reason.endswith("; rollout.download_deadline_s sets the deadline")
+    assert not (box.pool.store.root / ".staging" / "slow").exists()
+
+
 def test_a_package_only_served_rolls_out_and_back_on_failed_requests(face_package_dir: Path, tmp_path: Path) -> None:
     """No pipeline runs it: the new release is judged on its fidelity, then on the requests it answers."""
     import http.client
