@@ -74,7 +74,7 @@ def _status(client: FleetClient, boxes: list[str]) -> int:
             loaded = ", ".join(f"{m['package']} {m['version']}" for m in models) or "-"
             pipelines = ", ".join(f"{n} {p['fps_out']:.1f} fps" for n, p in report["pipelines"].items()) or "-"
             rollout = report.get("rollout")
-            last = f"{rollout['rollout_id']} {rollout['stage']}" if rollout else "-"
+            last = f"{rollout['rollout_id']} {rollout['stage']}" if rollout and "rollout_id" in rollout else "-"
             mqtt = report["mqtt"]
             moves = mqtt["broker_moves"]
             broker = f"{mqtt['broker']} ({moves} move{'' if moves == 1 else 's'})"

@@ -2,7 +2,9 @@
 
 The archive comes from the network and is hostile until its signature, its files' checksums and its
 release number say otherwise. Each limit that ends a fetch is named with the setting that sets it, so
-the operator reading a failed rollout knows what to change.
+the operator reading a failed rollout knows what to change; archives the unpacker refuses (links,
+escaping paths, setuid bits, bombs) are counted, since a box that keeps being sent them is worth a look
+even when every one was stopped.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import threading
 from pathlib import Path
 
 from edge_runtime.config.rollout import RolloutSettings
-from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.errors import ArchiveRefused, EdgeRuntimeError
 from edge_runtime.package.archive import unpack
 from edge_runtime.package.signing import SignedRelease, verify_package
 from edge_runtime.package.trust import TrustPolicy
@@ -21,7 +23,17 @@ __all__ = ["Archives", "verify"]
 
 
 class Archives:
-    """Fetches and unpacks rollout archives under the rollout settings."""
+    """Fetches and unpacks rollout archives under the rollout settings, counting the refused ones."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._refused = 0
+
+    @property
+    def refused(self) -> int:
+        """Archives the unpacker refused since the daemon started."""
+        with self._lock:
+            return self._refused
 
     def fetch_and_unpack(
         self, source: str, sha256: str, staging: Path, settings: RolloutSettings, stop: threading.Event
@@ -38,7 +50,12 @@ class Archives:
             raise EdgeRuntimeError("aborted during the download; the bytes fetched are removed") from None
         except DownloadDeadlineError as error:
             raise EdgeRuntimeError(f"{error}; rollout.download_deadline_s sets the deadline") from None
-        return unpack(archive, staging, max_bytes=settings.max_bytes, max_files=settings.max_files)
+        try:
+            return unpack(archive, staging, max_bytes=settings.max_bytes, max_files=settings.max_files)
+        except ArchiveRefused:
+            with self._lock:
+                self._refused += 1
+            raise
 
 
 def verify(unpacked: Path, trust: TrustPolicy | None, package: str, downgrade_to: int | None) -> SignedRelease:

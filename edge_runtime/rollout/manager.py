@@ -195,6 +195,10 @@ class Rollouts:
         reads no file each interval."""
         return None if self._latest is None else self._latest.brief()
 
+    def figures(self) -> dict[str, int]:
+        """Counters for the stats report and Prometheus, since the daemon started."""
+        return {"archives_refused": self.archives.refused}
+
     # -- the rollout, on its thread ---------------------------------------------------------------------
 
     def _run(self, record: RolloutRecord, request: RolloutRequest, stop: threading.Event) -> None:

@@ -106,6 +106,27 @@ def test_refused_archives_never_reach_the_pipeline(box: Box, face_package_dir: P
     assert box.pool.store.installed(box.package) == []
 
 
+def test_archives_the_unpacker_refuses_are_counted_for_the_stats(box: Box, face_package_dir: Path) -> None:
+    """A box that keeps being sent hostile archives is worth a look even when each one was stopped: the
+    refusals are counted; an archive refused for its signature is not the unpacker's and is not."""
+    escape = box.root / "escape.tar"
+    with tarfile.open(escape, "w") as archive:
+        archive.add(face_package_dir / "model.yaml", arcname="../outside.yaml")
+    link = box.root / "link.tar"
+    with tarfile.open(link, "w") as archive:
+        member = tarfile.TarInfo("package/model.yaml")
+        member.type, member.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        archive.addfile(member)
+    unsigned_dir = box.root / "unsigned"
+    shutil.copytree(face_package_dir, unsigned_dir)
+    unsigned = pack(unsigned_dir, box.root / "unsigned.tar")
+    assert box.rollouts.figures() == {"archives_refused": 0}
+    for rollout_id, archive_path in (("escape", escape), ("link", link), ("unsigned", unsigned)):
+        record = box.run(box.request(rollout_id, archive_path))
+        assert record.stage is Stage.ROLLED_BACK, record.reason
+    assert box.rollouts.figures() == {"archives_refused": 2}
+
+
 def test_a_rollout_cut_short_is_rolled_back_at_the_next_start(box: Box, face_package_dir: Path) -> None:
     """What a restart finds after a stop at any step: the release before runs, and the record says why."""
     archive = signed_release(face_package_dir, box.root / "v2", box.key, 2, "2.0")
