@@ -1,6 +1,6 @@
 """`edge-runtime fleet`: the operator's view of a fleet and its rollouts, from any machine on the broker.
 
-    fleet status  [--devices PATTERN]                          each box: versions, pipelines, health
+    fleet status  [--devices PATTERN]                          each box: releases, pipelines, health
     fleet rollout ARCHIVE --url URL [--devices PATTERN] [--canary N] [--max-failures PCT]
     fleet rollback PACKAGE [--devices PATTERN] [--canary N] [--max-failures PCT]
 
@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from typing import Any
 
 from edge_runtime.control.fleet import BoxProgress, FleetClient, RolloutPlan, new_rollout_id, roll_out, waves_of
 from edge_runtime.package.archive import unpack
@@ -71,7 +72,7 @@ def _status(client: FleetClient, boxes: list[str]) -> int:
             result = answer["result"]
             report = result["report"]
             models = client.command(device, "models list", timeout=10)["result"]["loaded"]
-            loaded = ", ".join(f"{m['package']} {m['version']}" for m in models) or "-"
+            loaded = ", ".join(_model(m) for m in models) or "-"
             pipelines = ", ".join(f"{n} {p['fps_out']:.1f} fps" for n, p in report["pipelines"].items()) or "-"
             rollout = report.get("rollout")
             last = f"{rollout['rollout_id']} {rollout['stage']}" if rollout and "rollout_id" in rollout else "-"
@@ -84,6 +85,12 @@ def _status(client: FleetClient, boxes: list[str]) -> int:
             rows.append((device, "-", "-", "-", f"no status: {error}"))
     print(_columns(rows))
     return 1 if failed else 0
+
+
+def _model(loaded: dict[str, Any]) -> str:
+    """A loaded model as `package version (release N)`; the release is the signed one (None: unsigned)."""
+    release = loaded.get("release")
+    return f"{loaded['package']} {loaded['version']}" + (f" (release {release})" if release is not None else "")
 
 
 class _Printer:

@@ -66,7 +66,7 @@ def test_status_lists_every_box_that_answers(fleet: Fleet, daemons: dict[str, Da
     assert lines[0].split() == ["box", "broker", "models", "pipelines", "last", "rollout"]
     assert [line.split()[0] for line in lines[1:]] == list(BOXES)
     assert all(line.split()[1:3] == [f"127.0.0.1:{fleet.broker.port}", "(0"] for line in lines[1:])
-    assert all("face_detection_short_range 1.0" in line for line in lines[1:])
+    assert all("face_detection_short_range 1.0 (release 1)" in line for line in lines[1:])
 
 
 def test_a_good_release_goes_canary_first_then_in_waves(fleet: Fleet, daemons: dict[str, DaemonProcess]) -> None:
