@@ -118,7 +118,14 @@ def _add_fleet_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         action.add_argument("--canary", type=int, default=1, help="boxes that go first, alone (default 1)")
         action.add_argument("--wave-size", type=int, default=0, help="boxes per wave after the canary")
         action.add_argument("--max-failures", type=float, default=0.0, help="percent of failed boxes that stops it")
-        action.add_argument("--timeout", type=float, default=900.0, help="seconds a wave may take (default 900)")
+        action.add_argument(
+            "--timeout", type=float, default=900.0,
+            help="seconds a wave may take; boxes still rolling out then are aborted (default 900)",
+        )  # fmt: skip
+        action.add_argument(
+            "--skip-offline", action="store_true",
+            help="go on without matching boxes that are offline (without it: list them, send nothing, exit 1)",
+        )  # fmt: skip
 
 
 def _add_box_options(parser: argparse.ArgumentParser) -> None:

@@ -1,12 +1,14 @@
 """`edge-runtime fleet`: the operator's view of a fleet and its rollouts, from any machine on the broker.
 
-    fleet status  [--devices PATTERN]                          each box: releases, pipelines, health
-    fleet rollout ARCHIVE --url URL [--devices PATTERN] [--canary N] [--max-failures PCT]
-    fleet rollback PACKAGE [--devices PATTERN] [--canary N] [--max-failures PCT]
+    fleet [--host H] [--port P] --key KEY [--devices PATTERN] status   each box: releases, pipelines, health
+    fleet ... rollout ARCHIVE --url URL [--canary N] [--max-failures PCT] [--timeout S] [--skip-offline]
+    fleet ... rollback PACKAGE [--canary N] [--max-failures PCT] [--timeout S] [--skip-offline]
 
 Commands are signed with the operator's key (`--key`); a box takes them only if its `control.keys`
 holds the public half. Progress prints as each box moves on; the summary ends the run, and the exit
-status is 0 only if every box committed.
+status is 0 only if every box committed. A matching box whose retained status says it is offline
+would miss the release unnoticed, so `rollout` and `rollback` list such boxes and send nothing,
+exiting 1, unless `--skip-offline` says to go on without them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ def run_fleet(args: argparse.Namespace) -> int:
     )  # fmt: skip
     try:
         boxes = client.boxes(args.devices)
+        offline = client.offline(args.devices) if args.fleet_command != "status" else []
+        if offline and not args.skip_offline:
+            print(
+                f"{len(offline)} box(es) matching {args.devices!r} are offline: {', '.join(offline)}; nothing "
+                "was sent (start them, or pass --skip-offline to go on without them)",
+                file=sys.stderr,
+            )
+            return 1
         if not boxes:
             print(f"no box matching {args.devices!r} is online under {args.prefix}/", file=sys.stderr)
             return 1
@@ -44,6 +54,8 @@ def run_fleet(args: argparse.Namespace) -> int:
         rollout_id = new_rollout_id()
         waves = " then ".join(", ".join(wave) for wave in waves_of(boxes, plan))
         print(f"rollout {rollout_id}: {plan.command} {plan.args.get('package')} on {waves}", flush=True)
+        if offline:
+            print(f"skipping offline boxes: {', '.join(offline)}", flush=True)
         progress = roll_out(client, boxes, plan, rollout_id, _Printer())
         print(_table(progress))
         return 0 if all(p.stage == "committed" for p in progress) else 1
