@@ -101,13 +101,13 @@ def _add_signing_commands(commands: argparse._SubParsersAction[argparse.Argument
 def _add_fleet_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fleet = commands.add_parser("fleet", help="command the boxes of a fleet over the broker")
     fleet.add_argument("--host", default="localhost", help="the broker (default localhost)")
-    fleet.add_argument("--port", type=int, default=1883)
+    fleet.add_argument("--port", type=int, default=1883, help="the broker's port (default 1883)")
     fleet.add_argument("--prefix", default="edge", help="the boxes' topic prefix (default edge)")
     fleet.add_argument("--key", required=True, help="the operator's private key (from `keys new`)")
     fleet.add_argument("--username", help="broker user name; the password is read from $MQTT_PASSWORD")
     fleet.add_argument("--devices", default="*", help="device ids to act on, a shell pattern (default all)")
     actions = fleet.add_subparsers(dest="fleet_command", required=True, metavar="FLEET_COMMAND")
-    actions.add_parser("status", help="each box that answers: versions, pipelines, health")
+    actions.add_parser("status", help="each box that answers: versions and releases, pipelines, health")
     for name, what in (("rollout", "roll a signed package archive out"), ("rollback", "go back one release")):
         action = actions.add_parser(name, help=what)
         if name == "rollout":
