@@ -101,13 +101,13 @@ def _add_signing_commands(commands: argparse._SubParsersAction[argparse.Argument
 def _add_fleet_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fleet = commands.add_parser("fleet", help="command the boxes of a fleet over the broker")
     fleet.add_argument("--host", default="localhost", help="the broker (default localhost)")
-    fleet.add_argument("--port", type=int, default=1883)
+    fleet.add_argument("--port", type=int, default=1883, help="the broker's port (default 1883)")
     fleet.add_argument("--prefix", default="edge", help="the boxes' topic prefix (default edge)")
     fleet.add_argument("--key", required=True, help="the operator's private key (from `keys new`)")
     fleet.add_argument("--username", help="broker user name; the password is read from $MQTT_PASSWORD")
     fleet.add_argument("--devices", default="*", help="device ids to act on, a shell pattern (default all)")
     actions = fleet.add_subparsers(dest="fleet_command", required=True, metavar="FLEET_COMMAND")
-    actions.add_parser("status", help="each box that answers: versions, pipelines, health")
+    actions.add_parser("status", help="each box that answers: versions and releases, pipelines, health")
     for name, what in (("rollout", "roll a signed package archive out"), ("rollback", "go back one release")):
         action = actions.add_parser(name, help=what)
         if name == "rollout":
@@ -118,7 +118,14 @@ def _add_fleet_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         action.add_argument("--canary", type=int, default=1, help="boxes that go first, alone (default 1)")
         action.add_argument("--wave-size", type=int, default=0, help="boxes per wave after the canary")
         action.add_argument("--max-failures", type=float, default=0.0, help="percent of failed boxes that stops it")
-        action.add_argument("--timeout", type=float, default=900.0, help="seconds a wave may take (default 900)")
+        action.add_argument(
+            "--timeout", type=float, default=900.0,
+            help="seconds a wave may take; boxes still rolling out then are aborted (default 900)",
+        )  # fmt: skip
+        action.add_argument(
+            "--skip-offline", action="store_true",
+            help="go on without matching boxes that are offline (without it: list them, send nothing, exit 1)",
+        )  # fmt: skip
 
 
 def _add_box_options(parser: argparse.ArgumentParser) -> None:

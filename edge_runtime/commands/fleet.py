@@ -1,12 +1,14 @@
 """`edge-runtime fleet`: the operator's view of a fleet and its rollouts, from any machine on the broker.
 
-    fleet status  [--devices PATTERN]                          each box: versions, pipelines, health
-    fleet rollout ARCHIVE --url URL [--devices PATTERN] [--canary N] [--max-failures PCT]
-    fleet rollback PACKAGE [--devices PATTERN] [--canary N] [--max-failures PCT]
+    fleet [--host H] [--port P] --key KEY [--devices PATTERN] status   each box: releases, pipelines, health
+    fleet ... rollout ARCHIVE --url URL [--canary N] [--max-failures PCT] [--timeout S] [--skip-offline]
+    fleet ... rollback PACKAGE [--canary N] [--max-failures PCT] [--timeout S] [--skip-offline]
 
 Commands are signed with the operator's key (`--key`); a box takes them only if its `control.keys`
 holds the public half. Progress prints as each box moves on; the summary ends the run, and the exit
-status is 0 only if every box committed.
+status is 0 only if every box committed. A matching box whose retained status says it is offline
+would miss the release unnoticed, so `rollout` and `rollback` list such boxes and send nothing,
+exiting 1, unless `--skip-offline` says to go on without them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from typing import Any
 
 from edge_runtime.control.fleet import BoxProgress, FleetClient, RolloutPlan, new_rollout_id, roll_out, waves_of
 from edge_runtime.package.archive import unpack
@@ -34,6 +37,14 @@ def run_fleet(args: argparse.Namespace) -> int:
     )  # fmt: skip
     try:
         boxes = client.boxes(args.devices)
+        offline = client.offline(args.devices) if args.fleet_command != "status" else []
+        if offline and not args.skip_offline:
+            print(
+                f"{len(offline)} box(es) matching {args.devices!r} are offline: {', '.join(offline)}; nothing "
+                "was sent (start them, or pass --skip-offline to go on without them)",
+                file=sys.stderr,
+            )
+            return 1
         if not boxes:
             print(f"no box matching {args.devices!r} is online under {args.prefix}/", file=sys.stderr)
             return 1
@@ -43,6 +54,8 @@ def run_fleet(args: argparse.Namespace) -> int:
         rollout_id = new_rollout_id()
         waves = " then ".join(", ".join(wave) for wave in waves_of(boxes, plan))
         print(f"rollout {rollout_id}: {plan.command} {plan.args.get('package')} on {waves}", flush=True)
+        if offline:
+            print(f"skipping offline boxes: {', '.join(offline)}", flush=True)
         progress = roll_out(client, boxes, plan, rollout_id, _Printer())
         print(_table(progress))
         return 0 if all(p.stage == "committed" for p in progress) else 1
@@ -71,10 +84,10 @@ def _status(client: FleetClient, boxes: list[str]) -> int:
             result = answer["result"]
             report = result["report"]
             models = client.command(device, "models list", timeout=10)["result"]["loaded"]
-            loaded = ", ".join(f"{m['package']} {m['version']}" for m in models) or "-"
+            loaded = ", ".join(_model(m) for m in models) or "-"
             pipelines = ", ".join(f"{n} {p['fps_out']:.1f} fps" for n, p in report["pipelines"].items()) or "-"
             rollout = report.get("rollout")
-            last = f"{rollout['rollout_id']} {rollout['stage']}" if rollout else "-"
+            last = f"{rollout['rollout_id']} {rollout['stage']}" if rollout and "rollout_id" in rollout else "-"
             mqtt = report["mqtt"]
             moves = mqtt["broker_moves"]
             broker = f"{mqtt['broker']} ({moves} move{'' if moves == 1 else 's'})"
@@ -84,6 +97,12 @@ def _status(client: FleetClient, boxes: list[str]) -> int:
             rows.append((device, "-", "-", "-", f"no status: {error}"))
     print(_columns(rows))
     return 1 if failed else 0
+
+
+def _model(loaded: dict[str, Any]) -> str:
+    """A loaded model as `package version (release N)`; the release is the signed one (None: unsigned)."""
+    release = loaded.get("release")
+    return f"{loaded['package']} {loaded['version']}" + (f" (release {release})" if release is not None else "")
 
 
 class _Printer:

@@ -36,5 +36,11 @@ class RolloutSettings(StrictModel):
     keep: int = Field(default=2, ge=1, le=20, description="earlier releases kept installed, for rollbacks")
     download_timeout_s: float = Field(default=30.0, gt=0, description="connect and per-read timeout")
     download_attempts: int = Field(default=5, ge=1, le=100, description="requests before a download fails")
+    download_deadline_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="longest a rollout's download may take in all, retries included; raise it for large "
+        "packages over slow links (a server trickling bytes would otherwise hold the box in one rollout)",
+    )
     shadow: ShadowSettings = Field(default_factory=ShadowSettings)
     probation: ProbationSettings = Field(default_factory=ProbationSettings)

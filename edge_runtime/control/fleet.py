@@ -5,7 +5,9 @@ signed for the one box it goes to (see `signed`), and its answer comes back on a
 client's own, outside the prefix. A rollout starts on `canary` boxes first; only when every canary has
 committed does it go on, in waves, and it stops as soon as the share of failed boxes passes
 `max_failures` percent: a bad release stops where it was first seen failing, the rest of the fleet
-never receives it. Progress is read from the boxes' retained rollout states.
+never receives it. Progress is read from the boxes' retained rollout states. A box still mid-rollout
+when its wave times out is sent `rollout abort`: left alone, it would go on and perhaps commit a
+release the fleet run has already reported as failed there.
 """
 
 from __future__ import annotations
@@ -90,6 +92,12 @@ class FleetClient:
         time.sleep(settle_s)
         with self.changed:
             return sorted(d for d, up in self.online.items() if up and fnmatch.fnmatchcase(d, pattern))
+
+    def offline(self, pattern: str = "*") -> list[str]:
+        """Boxes whose device id matches `pattern` and whose retained status says they are not online
+        (call after `boxes`, which lets the statuses arrive)."""
+        with self.changed:
+            return sorted(d for d, up in self.online.items() if not up and fnmatch.fnmatchcase(d, pattern))
 
     def command(self, device_id: str, name: str, args: dict[str, Any] | None = None, timeout: float = 30) -> Any:
         """Send a signed command to one box and wait for its answer."""
@@ -209,7 +217,19 @@ def _wait_wave(
             return
         if time.monotonic() > deadline:
             for box in pending:
-                box.stage, box.reason = "failed", f"no final state within {timeout_s:.0f} s (last: {box.stage})"
+                late = f"no final state within {timeout_s:g} s (last: {box.stage})"
+                box.stage, box.reason = "failed", f"{late}; {_abort(client, box.device_id, rollout_id)}"
             return
         with client.changed:
             client.changed.wait(0.5)
+
+
+def _abort(client: FleetClient, device_id: str, rollout_id: str) -> str:
+    """Send `rollout abort` to a box a wave left behind; what came of it, for the box's reason."""
+    try:
+        answer = client.command(device_id, "rollout abort", {"rollout_id": rollout_id})
+    except EdgeRuntimeError as error:
+        return f"rollout abort not answered: {error}"
+    if "error" in answer:
+        return f"rollout abort refused: {answer['error']}"
+    return "rollout abort sent: the box rolls back"

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 class _Shared:
     model: LoadedModel
     users: set[str] = field(default_factory=set)
+    release: int | None = None  # the signed release loaded; None when signatures are not required
 
 
 class ModelPool:
@@ -87,7 +88,7 @@ class ModelPool:
                 **(options or {}),
             }
             model, _ = load_selected(package, selection, extra, config.fidelity_tolerance, defaults)
-            shared = self._models[key] = _Shared(model)
+            shared = self._models[key] = _Shared(model, release=signed.release if signed else None)
             if self.trust is not None and record_release:
                 self.trust.loaded(signed)
         else:
@@ -104,7 +105,7 @@ class ModelPool:
         return resolved
 
     def describe(self) -> list[dict[str, Any]]:
-        """The models loaded now: package, version, variant, where they run, and who uses them."""
+        """The models loaded now: package, version, signed release, variant, where they run, and who uses them."""
         described = []
         for shared in list(self._models.values()):
             model, runs_on = shared.model, shared.model.backend.runs_on
@@ -112,6 +113,7 @@ class ModelPool:
                 {
                     "package": model.package.name,
                     "version": model.package.manifest.version,
+                    "release": shared.release,
                     "variant": model.variant_id,
                     "runs_on": f"{runs_on.backend}:{runs_on.device} {runs_on.precision}",
                     "users": sorted(shared.users),

@@ -10,6 +10,8 @@ fetch has to survive a cut link, a daemon restart and a hostile server on its ow
   digest), so bytes of a file changed on the server are not spliced onto bytes of the old one;
 - every connect and every read has a timeout, failures are retried with exponential backoff and jitter,
   and `stop` ends a fetch within a fraction of a second, keeping the part for the next one;
+- an overall deadline bounds the whole fetch, retries and backoff included: a server that trickles a
+  byte before each read times out would otherwise hold the box in one download forever;
 - nothing beyond `max_bytes` is written, redirects are followed a few times and never from https to
   http, and any non-2xx answer is an error naming its status.
 
@@ -37,6 +39,7 @@ from urllib.request import url2pathname
 
 from edge_runtime.rollout.http_get import (
     MAX_REDIRECTS,
+    DownloadDeadlineError,
     DownloadError,
     DownloadStoppedError,
     HttpGetter,
@@ -44,7 +47,7 @@ from edge_runtime.rollout.http_get import (
     redact,
 )
 
-__all__ = ["MAX_REDIRECTS", "DownloadError", "DownloadStoppedError", "fetch", "redact"]
+__all__ = ["MAX_REDIRECTS", "DownloadDeadlineError", "DownloadError", "DownloadStoppedError", "fetch", "redact"]
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +66,11 @@ class _Job:
     timeout_s: float
     stop: threading.Event
     progress: Callable[[int, int | None], None] | None
+    deadline_s: float | None = None
     http: HttpGetter = field(init=False)
 
     def __post_init__(self) -> None:
-        self.http = HttpGetter(self.source, timeout_s=self.timeout_s, stop=self.stop)
+        self.http = HttpGetter(self.source, timeout_s=self.timeout_s, stop=self.stop, deadline_s=self.deadline_s)
 
     @property
     def part(self) -> Path:
@@ -83,6 +87,12 @@ class _Job:
     def stopped(self) -> DownloadStoppedError:
         kept = self.part.stat().st_size if self.part.exists() else 0
         return DownloadStoppedError(self.source, f"stopped; {kept} bytes kept in {self.part} to resume from")
+
+    def past_deadline(self) -> DownloadDeadlineError:
+        kept = self.part.stat().st_size if self.part.exists() else 0
+        return DownloadDeadlineError(
+            self.source, f"not finished within its deadline of {self.deadline_s:g} s ({kept} bytes fetched)"
+        )
 
     def refuse(self, reason: str, status: int | None = None) -> DownloadError:
         """An error no retry can cure; the part goes, since resuming it could only repeat the failure."""
@@ -102,23 +112,28 @@ def fetch(
     backoff_s: float = 1.0,
     progress: Callable[[int, int | None], None] | None = None,
     stop: threading.Event | None = None,
+    deadline_s: float | None = None,
 ) -> Path:
     """Fetch `source` (http(s) URL, file URL or local path) to `destination` once its sha256 is `sha256`.
 
     `timeout_s` bounds the connect and every single read; `attempts` counts requests, each resuming
     from what is on disk, with backoff `backoff_s`, doubled each time, jittered. `progress(bytes, total)`
-    is called as bytes land (total None while unknown). A destination already holding the right bytes
-    is kept as it is, so a command repeated after a restart costs one hash. Raises `DownloadError`
-    (`DownloadStoppedError` when `stop` was set).
+    is called as bytes land (total None while unknown). `deadline_s` bounds an http(s) fetch as a whole,
+    from this call on: connects, reads, retries and their backoff. A destination already holding the right
+    bytes is kept as it is, so a command repeated after a restart costs one hash. Raises `DownloadError`
+    (`DownloadStoppedError` when `stop` was set, `DownloadDeadlineError` past the deadline).
     """
     expected = sha256.lower()
     if not _SHA256.fullmatch(expected):
         raise DownloadError(source, f"sha256 must be 64 hexadecimal digits, not {sha256!r}")
     if max_bytes < 0:
         raise DownloadError(source, f"max_bytes must not be negative, not {max_bytes}")
-    if attempts < 1 or timeout_s <= 0 or backoff_s < 0:
-        raise ValueError(f"need attempts >= 1, timeout_s > 0, backoff_s >= 0; got {attempts}, {timeout_s}, {backoff_s}")
-    job = _Job(source, destination, expected, max_bytes, timeout_s, stop or threading.Event(), progress)
+    if attempts < 1 or timeout_s <= 0 or backoff_s < 0 or (deadline_s is not None and deadline_s <= 0):
+        raise ValueError(
+            "need attempts >= 1, timeout_s > 0, backoff_s >= 0, deadline_s > 0; "
+            f"got {attempts}, {timeout_s}, {backoff_s}, {deadline_s}"
+        )
+    job = _Job(source, destination, expected, max_bytes, timeout_s, stop or threading.Event(), progress, deadline_s)
     if _digest(destination) == expected:
         return destination
     scheme = urlsplit(source).scheme
@@ -144,17 +159,20 @@ def _fetch_http(job: _Job, attempts: int, backoff_s: float) -> None:
         if attempt > 1:
             delay = min(backoff_s * 2 ** (attempt - 2), _MAX_BACKOFF_S) * random.uniform(0.5, 1.0)
             log.warning("download of %s: %s; attempt %d in %.1f s", redact(job.source), reason, attempt, delay)
-            if job.stop.wait(delay):
+            if job.stop.wait(max(0.0, min(delay, job.http.left()))):  # no wait outlasts the deadline
                 raise job.stopped()
         if job.stop.is_set():
             raise job.stopped()
         try:
+            job.http.check_deadline()
             spliced = _attempt(job)
         except RetryableError as failure:
             reason, status = failure.reason, failure.status
             continue
         except DownloadStoppedError:
             raise job.stopped() from None
+        except DownloadDeadlineError:
+            raise job.past_deadline() from None
         actual = _digest(job.part)
         if actual == job.sha256:
             _publish(job)

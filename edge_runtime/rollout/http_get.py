@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import base64
 import http.client
+import math
 import re
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from http.client import HTTPConnection, HTTPSConnection
@@ -26,6 +28,7 @@ from edge_runtime.errors import EdgeRuntimeError
 __all__ = [
     "MAX_REDIRECTS",
     "RETRIED_STATUSES",
+    "DownloadDeadlineError",
     "DownloadError",
     "DownloadStoppedError",
     "HttpGetter",
@@ -58,6 +61,10 @@ class DownloadStoppedError(DownloadError):
     """The fetch was asked to stop; the part stays on disk and the next fetch of it resumes there."""
 
 
+class DownloadDeadlineError(DownloadError):
+    """The fetch ran past its overall deadline: however steadily bytes trickled in, it ends there."""
+
+
 class RetryableError(Exception):
     """A failure another attempt may not meet: a cut link, a stall, a busy server."""
 
@@ -88,15 +95,32 @@ def redact(url: str) -> str:
 class HttpGetter:
     """GETs of `source` with `timeout_s` on the connect and on every read, ended early by `stop`.
 
+    `deadline_s` bounds all of them together, from the getter's creation: a per-read timeout alone lets
+    a server that sends a byte now and then hold a download forever. Each connect and read waits at most
+    until the deadline, and once it has passed the next one raises `DownloadDeadlineError`.
+
     Failures another attempt may cure raise `RetryableError`; the others `DownloadError`; a set `stop`
     `DownloadStoppedError`. Never a bare `OSError`: a network failure is a message, not a traceback.
     """
 
-    def __init__(self, source: str, *, timeout_s: float, stop: threading.Event) -> None:
+    def __init__(
+        self, source: str, *, timeout_s: float, stop: threading.Event, deadline_s: float | None = None
+    ) -> None:
         self.source = source
         self.timeout_s = timeout_s
         self.stop = stop
+        self.deadline_s = deadline_s
+        self._deadline = None if deadline_s is None else time.monotonic() + deadline_s
         self._sock: socket.socket | None = None  # of the request in flight, for `stop` to shut down
+
+    def left(self) -> float:
+        """Seconds before the overall deadline; infinite without one."""
+        return math.inf if self._deadline is None else self._deadline - time.monotonic()
+
+    def check_deadline(self) -> None:
+        """Raise `DownloadDeadlineError` once the deadline has passed."""
+        if self.left() <= 0:
+            raise self._past_deadline()
 
     @contextmanager
     def get(self, headers: dict[str, str]) -> Iterator[http.client.HTTPResponse]:
@@ -135,6 +159,8 @@ class HttpGetter:
     def read(self, response: http.client.HTTPResponse, amount: int) -> bytes:
         """Up to `amount` bytes of what has arrived; b"" at the end of the body."""
         try:
+            if self._sock is not None:  # a read that waits no further than the deadline
+                self._sock.settimeout(self._timeout())
             chunk = response.read1(amount)  # read() would wait to fill `amount`, and lose it all on a stall
         except (OSError, http.client.HTTPException) as error:
             raise self._failure(error) from None
@@ -164,9 +190,19 @@ class HttpGetter:
             done.set()
             watcher.join()
 
+    def _timeout(self) -> float:
+        """The wait allowed to the next connect or read: `timeout_s`, or less as the deadline nears."""
+        self.check_deadline()
+        return min(self.timeout_s, self.left())
+
+    def _past_deadline(self) -> DownloadDeadlineError:
+        return DownloadDeadlineError(self.source, f"not finished within its deadline of {self.deadline_s:g} s")
+
     def _failure(self, error: BaseException) -> DownloadError | RetryableError:
         if self.stop.is_set():
             return DownloadStoppedError(self.source, "stopped")
+        if isinstance(error, TimeoutError) and self.left() <= 0:
+            return self._past_deadline()
         if isinstance(error, TimeoutError):
             return RetryableError(f"no data for {self.timeout_s:g} s")
         if isinstance(error, http.client.IncompleteRead):
@@ -185,8 +221,8 @@ class HttpGetter:
         try:
             if parts.scheme == "https":
                 context = ssl.create_default_context()
-                return HTTPSConnection(parts.hostname, port, timeout=self.timeout_s, context=context), target
-            return HTTPConnection(parts.hostname, port, timeout=self.timeout_s), target
+                return HTTPSConnection(parts.hostname, port, timeout=self._timeout(), context=context), target
+            return HTTPConnection(parts.hostname, port, timeout=self._timeout()), target
         except http.client.InvalidURL as error:
             raise DownloadError(self.source, f"invalid URL {redact(url)}: {error}") from None
 

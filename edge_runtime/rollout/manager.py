@@ -6,9 +6,8 @@ start, in the new release committed or the release before running: `recover` rol
 that was cut short, before the pipelines load. A running rollout keeps the old models loaded until it
 commits, so a rollback during probation is a swap back between two items, with nothing to reload.
 
-A box takes a rollout only of a package signed by a key it trusts (`trust.keys`): the archive comes
-from the network and is hostile until its signature, its files' checksums and its release number say
-otherwise. Progress goes to `<prefix>/<device_id>/rollout/<rollout_id>`, retained.
+A box takes a rollout only of a package signed by a key it trusts (`trust.keys`; see `archives`).
+Progress goes to `<prefix>/<device_id>/rollout/<rollout_id>`, retained.
 """
 
 from __future__ import annotations
@@ -26,14 +25,14 @@ from edge_runtime.config.rollout import RolloutSettings
 from edge_runtime.config.schema import PipelineConfig
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.mqtt.topics import Topics
-from edge_runtime.package.archive import unpack
-from edge_runtime.package.signing import SignedRelease, TrustedKey, verify_package
+from edge_runtime.package.signing import SignedRelease, TrustedKey
 from edge_runtime.package.store import ModelStore
 from edge_runtime.package.trust import TrustPolicy
 from edge_runtime.pipeline.build import decoder_for, input_spec_for
 from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.placement.model_pool import ModelPool
+from edge_runtime.rollout.archives import Archives, verify
 from edge_runtime.rollout.probation import ProbationLimits, watch_all
 from edge_runtime.rollout.rollback import rollback_target
 from edge_runtime.rollout.served import check_served, served_failures, served_models
@@ -96,6 +95,7 @@ class Rollouts:
         self.settings = settings
         self.trust = trust
         self.journal = Journal(state_dir)
+        self.archives = Archives()
         self.store: ModelStore = host.pool.store
         self._lock = threading.Lock()
         self._running: tuple[RolloutRecord, threading.Thread, threading.Event] | None = None
@@ -189,21 +189,15 @@ class Rollouts:
         return [record.to_dict() for record in self.journal.records()[-RECENT:]]
 
     def latest(self) -> dict[str, Any] | None:
-        """The most recent rollout in brief, for the stats report: id, package, release, stage, reason.
+        """The most recent rollout in brief, for the stats report (see `RolloutRecord.brief`).
 
         Kept in memory as it is published (`recover` publishes the recent ones, newest last), so the report
         reads no file each interval."""
-        last = self._latest
-        if last is None:
-            return None
-        return {
-            "rollout_id": last.rollout_id,
-            "package": last.package,
-            "release": last.release,
-            "version": last.version,
-            "stage": last.stage.value,
-            "reason": last.reason,
-        }
+        return None if self._latest is None else self._latest.brief()
+
+    def figures(self) -> dict[str, int]:
+        """Counters for the stats report and Prometheus, since the daemon started."""
+        return {"archives_refused": self.archives.refused}
 
     # -- the rollout, on its thread ---------------------------------------------------------------------
 
@@ -224,22 +218,12 @@ class Rollouts:
             self._roll_back(record.rollout_id, loaded, switched, served, f"the rollout failed: {error}", {})
 
     def _fetch_and_stage(self, record: RolloutRecord, request: RolloutRequest, stop: threading.Event) -> RolloutRecord:
-        from edge_runtime.rollout.download import DownloadStoppedError, fetch
-
         if request.installed and request.downgrade_to is not None:
             return self._stage_installed(record, request)
         staging = self.store.staging(record.rollout_id)
-        settings = self.settings
         try:
-            archive = fetch(
-                request.source, staging / "package.tar", sha256=record.sha256, max_bytes=settings.max_bytes,
-                timeout_s=settings.download_timeout_s, attempts=settings.download_attempts, stop=stop,
-            )  # fmt: skip
-            unpacked = unpack(archive, staging, max_bytes=settings.max_bytes, max_files=settings.max_files)
-            signed = self._verify(unpacked, request)
-        except DownloadStoppedError:
-            # the part is in this rollout's staging folder, which the rollback removes: nothing resumes it
-            raise _RolledBack("aborted during the download; the bytes fetched are removed") from None
+            unpacked = self.archives.fetch_and_unpack(request.source, record.sha256, staging, self.settings, stop)
+            signed = verify(unpacked, self.trust, request.package, request.downgrade_to)
         except EdgeRuntimeError as error:
             raise _RolledBack(str(error)) from None
         record = self._verified(record, signed, f"release {signed.release}")
@@ -250,7 +234,9 @@ class Rollouts:
     def _stage_installed(self, record: RolloutRecord, request: RolloutRequest) -> RolloutRecord:
         assert request.downgrade_to is not None
         try:
-            signed = self._verify(self.store.path(record.package, request.downgrade_to), request)
+            signed = verify(
+                self.store.path(record.package, request.downgrade_to), self.trust, record.package, request.downgrade_to
+            )
         except EdgeRuntimeError as error:
             raise _RolledBack(str(error)) from None
         record = self._verified(record, signed, f"installed release {signed.release}")
@@ -262,18 +248,6 @@ class Rollouts:
             record, Stage.VERIFIED, f"{what}, signed by key {signed.key_id}",
             release=signed.release, version=signed.version,
         )  # fmt: skip
-
-    def _verify(self, unpacked: Path, request: RolloutRequest) -> SignedRelease:
-        assert self.trust is not None
-        signed = verify_package(
-            unpacked,
-            self.trust.keys,
-            installed_release=self.trust.releases.installed(request.package),
-            allowed_downgrade=request.downgrade_to,
-        )
-        if signed.name != request.package:
-            raise EdgeRuntimeError(f"the archive holds package {signed.name}, not {request.package}")
-        return signed
 
     def _shadow(self, record: RolloutRecord, loaded: list[_Switched], stop: threading.Event) -> RolloutRecord:
         targets = {name: p for name, p in self.host.pipelines().items() if p.model.package.name == record.package}

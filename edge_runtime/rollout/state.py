@@ -97,6 +97,17 @@ class RolloutRecord:
         """What runs once it commits, as `previous_release` names it (None: the config's own package)."""
         return None if self.config_package else self.release
 
+    def brief(self) -> dict[str, Any]:
+        """The rollout in a few fields, for the stats report: id, package, release, stage, reason."""
+        return {
+            "rollout_id": self.rollout_id,
+            "package": self.package,
+            "release": self.release,
+            "version": self.version,
+            "stage": self.stage.value,
+            "reason": self.reason,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["stage"] = self.stage.value

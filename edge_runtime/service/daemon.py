@@ -290,9 +290,8 @@ class Daemon:
         mqtt["dropped"] = publisher.dropped_full + publisher.dropped_age
         uptime = round(time.monotonic() - self._started, 1)
         report = {"device_id": self.config.device_id, "uptime_s": uptime, "pipelines": pipelines, "mqtt": mqtt}
-        latest = self.rollouts.latest()
-        if latest is not None:
-            report["rollout"] = latest
+        # the latest rollout in brief, if any ran, beside counters that exist from the start
+        report["rollout"] = (self.rollouts.latest() or {}) | self.rollouts.figures()
         if self.serving is not None:
             report["serving"] = self.serving.report()
             if self.serving.mqtt is not None:  # requests that named nowhere to answer, so no model either

@@ -36,6 +36,9 @@ _MQTT_COUNTERS = {
     "dropped": "results dropped from a full or aged spool",
     "requests_dropped": "inference requests with no usable reply topic, dropped",
 }
+_ROLLOUT_COUNTERS = {
+    "archives_refused": "rollout archives refused before unpacking (links, escaping paths, setuid bits, bombs)",
+}
 _SERVING_COUNTERS = {
     "request_success": "requests answered with outputs",
     "request_failure": "requests answered with an error",
@@ -59,6 +62,10 @@ class DaemonCollector(Collector):
         pipelines: dict[str, dict[str, Any]] = report.get("pipelines", {})
         yield from _pipeline_metrics(pipelines)
         yield from _serving_metrics(report.get("serving", {}))
+        rollout: dict[str, Any] = report.get("rollout", {})
+        for key, text in _ROLLOUT_COUNTERS.items():
+            if key in rollout:
+                yield CounterMetricFamily(f"edge_runtime_rollout_{key}", text, value=float(rollout[key]))
         mqtt: dict[str, Any] = report.get("mqtt", {})
         for key, text in _MQTT_GAUGES.items():
             if key in mqtt:

@@ -3,6 +3,7 @@ at its canary."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from commanding import PREFIX, Fleet, make_fleet, write_config
+from commanding import PREFIX, Fleet, make_fleet, stalling_url, write_config
 from daemon_process import FACE_MODEL, DaemonProcess
 from live_rollout import signed_release
 
@@ -66,7 +67,7 @@ def test_status_lists_every_box_that_answers(fleet: Fleet, daemons: dict[str, Da
     assert lines[0].split() == ["box", "broker", "models", "pipelines", "last", "rollout"]
     assert [line.split()[0] for line in lines[1:]] == list(BOXES)
     assert all(line.split()[1:3] == [f"127.0.0.1:{fleet.broker.port}", "(0"] for line in lines[1:])
-    assert all("face_detection_short_range 1.0" in line for line in lines[1:])
+    assert all("face_detection_short_range 1.0 (release 1)" in line for line in lines[1:])
 
 
 def test_a_good_release_goes_canary_first_then_in_waves(fleet: Fleet, daemons: dict[str, DaemonProcess]) -> None:
@@ -106,3 +107,35 @@ def test_a_release_whose_canary_fails_never_reaches_the_others(fleet: Fleet, dae
         assert rollout_id not in daemons[device].log  # the command never went to them
     versions = fleet_command(fleet, "status")
     assert all("face_detection_short_range 2.0" in line for line in versions.stdout.splitlines()[1:]), versions.stdout
+
+
+def test_offline_boxes_are_listed_and_nothing_is_sent_unless_skipped_then_a_wave_left_behind_is_aborted(
+    fleet: Fleet, daemons: dict[str, DaemonProcess], tmp_path: Path
+) -> None:
+    """A box whose last will says offline would miss the release unnoticed; a box still downloading when
+    its wave times out would go on and perhaps commit after the run reported it failed."""
+    fleet.broker.publish(f"{PREFIX}/box-z/status", b"offline", retain=True)  # as a dead box's last will leaves
+    try:
+        fleet.release(4, "4.0")
+        archive, url = str(fleet.releases / "release-4.tar"), stalling_url(fleet, tmp_path)
+        refused = fleet_command(fleet, "--devices", "box-*", "rollout", archive, "--url", url)
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert "1 box(es) matching 'box-*' are offline: box-z; nothing was sent" in refused.stderr
+        assert "--skip-offline" in refused.stderr and "rollout fleet-" not in refused.stdout
+        result = fleet_command(
+            fleet, "--devices", "box-*", "rollout", archive, "--url", url, "--timeout", "3", "--skip-offline"
+        )
+    finally:
+        fleet.broker.publish(f"{PREFIX}/box-z/status", b"", retain=True)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "skipping offline boxes: box-z" in result.stdout
+    summary = result.stdout.splitlines()[-3:]
+    assert summary[0].split()[:3] == ["box-a", "0", "failed"], result.stdout
+    assert "no final state within 3 s (last: downloading); rollout abort sent: the box rolls back" in summary[0]
+    assert [line.split()[:3] for line in summary[1:]] == [["box-b", "1", "not"], ["box-c", "1", "not"]]
+    states = fleet.broker.subscribe_collect(f"{PREFIX}/box-a/rollout/{rollout_id_in(result.stdout)}")
+    assert states.wait_until(
+        lambda got: any(json.loads(m.payload).get("stage") == "rolled_back" for m in got), timeout=30
+    ), daemons["box-a"].log
+    final = json.loads(states.payloads()[-1])
+    assert final["reason"] == "aborted during the download; the bytes fetched are removed"

@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 from broker import make_pki
 
-from edge_runtime.rollout.download import MAX_REDIRECTS, DownloadError, DownloadStoppedError, fetch, redact
+from edge_runtime.rollout.download import (
+    MAX_REDIRECTS,
+    DownloadDeadlineError,
+    DownloadError,
+    DownloadStoppedError,
+    fetch,
+    redact,
+)
 
 BODY = bytes(range(256)) * 40  # 10 240 bytes, every offset distinguishable
 TIMEOUT_S = 0.5
@@ -39,6 +46,7 @@ class Served:
     declared_length: int | None = None  # claim this Content-Length whatever the body
     omit_length: bool = False
     extra: bytes = b""  # sent after the body
+    trickle_s: float | None = None  # send the body one byte at a time, this long apart
     redirects: dict[str, str] = field(default_factory=dict)  # path -> Location
     after_cut: tuple[bytes, str | None] | None = None  # body and ETag the file has once a cut happened
     requests: list[dict[str, str]] = field(default_factory=list)
@@ -98,6 +106,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         stall = served.stalls.pop(0) if served.stalls else None
         sent = 0
         try:
+            while served.trickle_s is not None and sent < len(payload):
+                self.wfile.write(payload[sent : sent + 1])
+                self.wfile.flush()
+                sent += 1
+                if served.release.wait(served.trickle_s):
+                    return
             for limit in (cut, stall):
                 if limit is not None:
                     self.wfile.write(payload[:limit])
@@ -157,6 +171,7 @@ def get(
     backoff_s: float = 0.01,
     progress: Callable[[int, int | None], None] | None = None,
     stop: threading.Event | None = None,
+    deadline_s: float | None = None,
 ) -> Path:
     """fetch() of the server's /pkg.tar into tmp_path, expecting `body`, with timeouts short enough for tests."""
     return fetch(
@@ -169,6 +184,7 @@ def get(
         backoff_s=backoff_s,
         progress=progress,
         stop=stop,
+        deadline_s=deadline_s,
     )
 
 
@@ -388,3 +404,33 @@ def test_a_destination_already_in_place_is_not_fetched_again(server: Server, tmp
     (tmp_path / "pkg.tar").write_bytes(BODY)
     assert get(server, tmp_path).read_bytes() == BODY
     assert server.served.requests == []
+
+
+def past_deadline(server: Server, tmp_path: Path, **options: float) -> DownloadDeadlineError:
+    """The error a fetch with a 1 s overall deadline ends with, once it has checked that it came in time."""
+    started = time.monotonic()
+    with pytest.raises(DownloadDeadlineError) as caught:
+        get(server, tmp_path, deadline_s=1, **options)
+    assert time.monotonic() - started < 2.5
+    return caught.value
+
+
+def test_a_server_trickling_a_byte_at_a_time_is_cut_at_the_overall_deadline(server: Server, tmp_path: Path) -> None:
+    """Every read gets a byte well within its timeout, so only the overall deadline ends the download."""
+    server.served.trickle_s = 0.05
+    error = past_deadline(server, tmp_path)
+    kept = part_of(tmp_path).stat().st_size
+    assert 0 < kept < len(BODY)
+    assert error.reason == f"not finished within its deadline of 1 s ({kept} bytes fetched)"
+    assert len(server.served.requests) == 1
+
+
+def test_a_stalled_read_waits_no_longer_than_the_deadline(server: Server, tmp_path: Path) -> None:
+    server.served.stalls = [100]
+    assert "deadline of 1 s (100 bytes fetched)" in past_deadline(server, tmp_path, timeout_s=30).reason
+
+
+def test_the_backoff_between_attempts_ends_at_the_deadline(server: Server, tmp_path: Path) -> None:
+    server.served.statuses = [503] * 5
+    assert "deadline of 1 s (0 bytes fetched)" in past_deadline(server, tmp_path, backoff_s=30).reason
+    assert len(server.served.requests) == 1

@@ -106,6 +106,27 @@ def test_refused_archives_never_reach_the_pipeline(box: Box, face_package_dir: P
     assert box.pool.store.installed(box.package) == []
 
 
+def test_archives_the_unpacker_refuses_are_counted_for_the_stats(box: Box, face_package_dir: Path) -> None:
+    """A box that keeps being sent hostile archives is worth a look even when each one was stopped: the
+    refusals are counted; an archive refused for its signature is not the unpacker's and is not."""
+    escape = box.root / "escape.tar"
+    with tarfile.open(escape, "w") as archive:
+        archive.add(face_package_dir / "model.yaml", arcname="../outside.yaml")
+    link = box.root / "link.tar"
+    with tarfile.open(link, "w") as archive:
+        member = tarfile.TarInfo("package/model.yaml")
+        member.type, member.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        archive.addfile(member)
+    unsigned_dir = box.root / "unsigned"
+    shutil.copytree(face_package_dir, unsigned_dir)
+    unsigned = pack(unsigned_dir, box.root / "unsigned.tar")
+    assert box.rollouts.figures() == {"archives_refused": 0}
+    for rollout_id, archive_path in (("escape", escape), ("link", link), ("unsigned", unsigned)):
+        record = box.run(box.request(rollout_id, archive_path))
+        assert record.stage is Stage.ROLLED_BACK, record.reason
+    assert box.rollouts.figures() == {"archives_refused": 2}
+
+
 def test_a_rollout_cut_short_is_rolled_back_at_the_next_start(box: Box, face_package_dir: Path) -> None:
     """What a restart finds after a stop at any step: the release before runs, and the record says why."""
     archive = signed_release(face_package_dir, box.root / "v2", box.key, 2, "2.0")
@@ -233,6 +254,18 @@ def test_an_abort_during_the_download_says_what_becomes_of_the_bytes(box: Box, f
     assert record is not None and record.stage is Stage.ROLLED_BACK
     assert record.reason == "aborted during the download; the bytes fetched are removed"
     assert not (box.pool.store.root / ".staging" / "stopped").exists()
+
+
+def test_a_download_past_its_deadline_fails_the_rollout_naming_the_setting(box: Box, face_package_dir: Path) -> None:
+    """A server that stalls within the per-read timeout's reach would hold the box in `downloading`."""
+    box.rollouts.settings = RolloutSettings.model_validate(FAST | {"download_deadline_s": 1})
+    archive = signed_release(face_package_dir, box.root / "v2", box.key, 2, "2.0")
+    with serving_files(box.root) as (url, _):
+        record = box.run(box.request("slow", archive, source=f"{url}/stall/release-2.tar"))
+    assert record.stage is Stage.ROLLED_BACK
+    assert "not finished within its deadline of 1 s (1000 bytes fetched)" in record.reason, record.reason
+    assert record.reason.endswith("; rollout.download_deadline_s sets the deadline")
+    assert not (box.pool.store.root / ".staging" / "slow").exists()
 
 
 def test_a_package_only_served_rolls_out_and_back_on_failed_requests(face_package_dir: Path, tmp_path: Path) -> None:

@@ -158,6 +158,7 @@ def test_sigterm_stops_promptly_and_reports_to_systemd_and_prometheus(
             'edge_runtime_pipeline_info{backend="openvino",device="CPU",pipeline="faces",precision="fp32"}' in metrics
         )
         assert 'edge_runtime_results_total{pipeline="faces"}' in metrics
+        assert "edge_runtime_rollout_archives_refused_total 0.0" in metrics  # counted from the start
         started = time.monotonic()
         daemon.signal(signal.SIGTERM)
         assert daemon.wait(30) == 0

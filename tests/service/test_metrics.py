@@ -20,6 +20,7 @@ def test_endpoint_serves_the_report_at_scrape_time() -> None:
                 "runtime": {"backend": "openvino", "device": "CPU", "precision": "fp32"},
             }
         },
+        "rollout": {"rollout_id": "r-7", "stage": "rolled_back", "archives_refused": 3},
         "mqtt": {"connected": 1, "spool_depth": 0, "reconnects": 2, "broker": "10.0.0.2:1883", "broker_moves": 1},
         "serving": {"faces": {"request_success": 12, "inference_count": 12, "execution_count": 5,
                               "batch_sizes": {"1": 2, "5": 2}}},
@@ -37,6 +38,7 @@ def test_endpoint_serves_the_report_at_scrape_time() -> None:
     assert 'edge_runtime_stage_latency_ms{pipeline="door",quantile="99",stage="infer"} 4.0' in first
     assert 'edge_runtime_pipeline_info{backend="openvino",device="CPU",pipeline="door",precision="fp32"} 1.0' in first
     assert "edge_runtime_mqtt_reconnects_total 2.0" in first
+    assert "edge_runtime_rollout_archives_refused_total 3.0" in first
     assert "edge_runtime_mqtt_connected 1.0" in first
     assert 'edge_runtime_mqtt_broker{broker="10.0.0.2:1883"} 1.0' in first
     assert "edge_runtime_mqtt_broker_moves_total 1.0" in first
