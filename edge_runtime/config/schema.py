@@ -248,6 +248,12 @@ class ServedModelConfig(ModelConfig):
         return name
 
 
+# A bearer token is the only key to an endpoint off loopback, and it can be tried as fast as the endpoint answers.
+# 16 characters is the least a generated token has (`openssl rand -hex 8`, 64 bits, already beyond guessing at
+# any rate an HTTP endpoint sustains; `openssl rand -hex 16` gives 32); anything shorter is a word someone chose.
+MIN_TOKEN_LENGTH = 16
+
+
 class HttpSettings(StrictModel):
     enabled: bool = True
     host: str = Field(default="127.0.0.1", min_length=1, description="address to listen on; loopback by default")
@@ -259,6 +265,27 @@ class HttpSettings(StrictModel):
     tls_key_file: Path | None = Field(default=None, description="the certificate's private key (PEM)")
     max_body_bytes: int = Field(default=16 << 20, ge=1024, description="larger requests are refused (413)")
     read_timeout_s: float = Field(default=10.0, gt=0, description="a body slower than this is dropped (408)")
+
+    @field_validator("token")
+    @classmethod
+    def _token_worth_its_name(cls, token: SecretStr | None) -> SecretStr | None:
+        """An empty token made `Authorization: Bearer` with no value a key to every route; a short one is guessed."""
+        if token is None:
+            return None
+        value = token.get_secret_value()
+        if not value:
+            raise ValueError(
+                "is empty, which would let anyone in; give a generated token (openssl rand -hex 16), "
+                "or leave token out to serve on loopback only"
+            )
+        if value != value.strip():
+            raise ValueError("begins or ends with whitespace, which no Authorization header carries")
+        if len(value) < MIN_TOKEN_LENGTH:
+            raise ValueError(
+                f"has {len(value)} characters, fewer than the {MIN_TOKEN_LENGTH} a token needs not to be guessed; "
+                "give a generated one (openssl rand -hex 16)"
+            )
+        return token
 
     @model_validator(mode="after")
     def _token_off_loopback(self) -> HttpSettings:
