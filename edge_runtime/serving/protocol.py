@@ -9,6 +9,8 @@ turning millions of numbers into text). BYTES tensors carry each element behind 
 Everything here is checked against the served model before any of it reaches a backend: an unknown
 or missing input, a datatype or shape the model does not take, or a body whose sizes disagree is a
 `ProtocolError` naming the tensor and what was expected, which the HTTP layer answers with its status.
+The JSON is read as `strict_json` reads it: nested at most 64 deep, without NaN or Infinity, which JSON
+does not have; a tensor's values must also fit its datatype.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_runtime import strict_json
 from edge_runtime.backends.base import TensorSpec
 
 __all__ = [
@@ -192,11 +195,12 @@ def encode_response(
 
 
 def _json_object(header: bytes) -> dict[str, Any]:
+    """The request's JSON, read as `strict_json` reads it: nested at most `MAX_DEPTH` deep, NaN and Infinity
+    refused."""
     try:
-        document = json.loads(header)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        where = f" at line {error.lineno} column {error.colno}" if isinstance(error, json.JSONDecodeError) else ""
-        raise ProtocolError(f"the request is not valid JSON{where}") from None
+        document = strict_json.loads(header, "the request")
+    except strict_json.JsonRefused as error:
+        raise ProtocolError(str(error)) from None
     if not isinstance(document, dict):
         raise ProtocolError("the request must be a JSON object")
     return document
@@ -232,9 +236,16 @@ def _read_input(raw: dict[str, Any], spec: TensorSpec, binary: memoryview, offse
     if "data" not in raw:
         raise ProtocolError(f"input {name!r} has neither 'data' nor parameters.binary_data_size")
     try:
-        array = np.asarray(raw["data"], dtype=dtype)
+        with np.errstate(over="ignore", invalid="ignore"):  # a number past the type's range is infinite: refused below
+            array = np.asarray(raw["data"], dtype=dtype)
     except (TypeError, ValueError, OverflowError):
         raise ProtocolError(f"input {name!r}: 'data' is not a list of {want} values") from None
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        largest = float(np.finfo(dtype).max)
+        raise ProtocolError(
+            f"input {name!r}: 'data' holds a value that is no finite {want} number (NaN, infinite, or beyond "
+            f"±{largest:.4g})"
+        )
     if array.size != count:
         raise ProtocolError(f"input {name!r}: shape {shape} holds {count} elements, 'data' has {array.size}")
     return array.reshape(shape), offset

@@ -220,6 +220,19 @@ def test_malformed_and_truncated_bodies_and_unknown_models(classifier: Serving) 
     assert classifier.report()["classifier"]["request_failure"] == 3
 
 
+def test_json_nested_too_deep_or_with_nan_is_answered_400_and_counted(classifier: Serving) -> None:
+    """100,000 nested `[` used to end in a RecursionError answered 500; Python's NaN and Infinity reached the model."""
+    status, answer, _ = post(classifier, "/v2/models/classifier/infer", b"[" * 100_000)
+    assert status == 400 and answer["error"].startswith("the request is nested deeper than 64 levels"), answer
+    for constant in ("NaN", "Infinity", "-Infinity"):
+        data = "[" + ", ".join([constant] + ["0.0"] * 3071) + "]"
+        head = '{"inputs": [{"name": "image", "shape": [1, 3, 32, 32], "datatype": "FP32", "data": '
+        status, answer, _ = post(classifier, "/v2/models/classifier/infer", f"{head}{data}}}]}}".encode())
+        assert (status, answer["error"]) == (400, f"the request holds {constant}, which is no JSON number: "
+                                                  "JSON has finite numbers only")  # fmt: skip
+    assert classifier.report()["classifier"]["request_failure"] == 4
+
+
 def test_a_body_over_the_limit_is_refused_413(start_serving: StartServing, batch_classifier: Path) -> None:
     serving = start_serving([{"name": "classifier", "path": str(batch_classifier)}], max_body_bytes=4096)
     status, answer, _ = post(serving, "/v2/models/classifier/infer", b"{" + b" " * 5000 + b"}")

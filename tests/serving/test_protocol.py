@@ -1,4 +1,5 @@
-"""The Open Inference Protocol's request reading: one split of the body, tensors read from its own memory."""
+"""The Open Inference Protocol's request reading: one split of the body, tensors read from its own memory; JSON
+as the grammar has it."""
 
 from __future__ import annotations
 
@@ -60,3 +61,25 @@ def test_a_header_length_past_the_body_or_a_header_that_is_no_object_is_refused(
         split_request(b"[1, 2]", None)
     with pytest.raises(ProtocolError, match="not valid JSON at line 1"):
         split_request(raw, header_length - 1)
+
+
+def json_request(data: str) -> bytes:
+    return b'{"inputs": [{"name": "image", "shape": [1, 3, 4, 4], "datatype": "FP32", "data": %s}]}' % data.encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "refusal"),
+    [
+        ("[NaN" + ", 0" * 47 + "]", "the request holds NaN, which is no JSON number"),
+        ("[Infinity" + ", 0" * 47 + "]", "the request holds Infinity, which is no JSON number"),
+        ("[-Infinity" + ", 0" * 47 + "]", "the request holds -Infinity, which is no JSON number"),
+        ("[1e39" + ", 0" * 47 + "]", "input 'image': 'data' holds a value that is no finite FP32 number"),
+        ('["nan"' + ", 0" * 47 + "]", "input 'image': 'data' holds a value that is no finite FP32 number"),
+        ("[" * 100 + "0" + "]" * 100, "the request is nested deeper than 64 levels of arrays and objects"),
+    ],
+    ids=["NaN", "Infinity", "-Infinity", "beyond-FP32", "nan-string", "deep"],
+)
+def test_json_without_finite_numbers_or_nested_too_deep_is_refused(data: str, refusal: str) -> None:
+    with pytest.raises(ProtocolError) as refused:
+        parse_request(split_request(json_request(data), None), [SPEC], max_batch_size=8)
+    assert refused.value.status == 400 and refused.value.message.startswith(refusal), refused.value.message
