@@ -10,7 +10,8 @@ Everything here is checked against the served model before any of it reaches a b
 or missing input, a datatype or shape the model does not take, or a body whose sizes disagree is a
 `ProtocolError` naming the tensor and what was expected, which the HTTP layer answers with its status.
 The JSON is read as `strict_json` reads it: nested at most 64 deep, without NaN or Infinity, which JSON
-does not have; a tensor's values must also fit its datatype.
+does not have; a tensor's values must also fit its datatype. Non-finite outputs are written as strings
+(see `_json_values`), since JSON has no number for them either.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ DATATYPES: dict[str, np.dtype[Any]] = {
 }
 _BY_DTYPE = {dtype.name: name for name, dtype in DATATYPES.items() if name != "BYTES"}
 HEADER_LENGTH = "Inference-Header-Content-Length"
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 class ProtocolError(Exception):
@@ -180,7 +182,7 @@ def encode_response(
             row["parameters"] = {"binary_data_size": len(data)}
             chunks.append(data)
         else:
-            row["data"] = array.reshape(-1).tolist()
+            row["data"] = _json_values(array)
         rows.append(row)
     response: dict[str, Any] = {"model_name": model_name, "model_version": model_version, "outputs": rows}
     if request.request_id is not None:
@@ -192,6 +194,19 @@ def encode_response(
         "Content-Type": "application/octet-stream",
         HEADER_LENGTH: str(len(header)),
     }
+
+
+def _json_values(array: np.ndarray) -> list[Any]:
+    """The tensor's elements as JSON values. JSON has no NaN or infinity, and a reader that follows the grammar
+    (the KServe SDK's, a browser's, Go's) refuses the whole answer when Python writes its `NaN` or `Infinity`,
+    so non-finite elements are the strings "NaN", "Infinity" and "-Infinity": every JSON reader takes them,
+    and they keep the three apart (null would not). numpy reads them back as the numbers, so
+    `tritonclient`'s `as_numpy` returns the model's output bit for bit, as JavaScript's `Number()` and Java's
+    `Double.parseDouble` do."""
+    values: list[Any] = array.reshape(-1).tolist()
+    if array.dtype.kind != "f" or np.isfinite(array).all():
+        return values
+    return [value if math.isfinite(value) else _NON_FINITE[str(value)] for value in values]
 
 
 def _json_object(header: bytes) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
+from edge_runtime import strict_json
 from edge_runtime.package.loader import open_package
 from edge_runtime.pipeline.results import result_schema
 from edge_runtime.placement.loading import Box
@@ -231,6 +232,29 @@ def test_json_nested_too_deep_or_with_nan_is_answered_400_and_counted(classifier
         assert (status, answer["error"]) == (400, f"the request holds {constant}, which is no JSON number: "
                                                   "JSON has finite numbers only")  # fmt: skip
     assert classifier.report()["classifier"]["request_failure"] == 4
+
+
+def test_non_finite_outputs_are_answered_in_json_that_strict_readers_take(classifier: Serving) -> None:
+    """Pixels near FP32's largest overflow inside the model, which answers NaN: written as the string "NaN", which a
+    reader of the grammar takes (Python's `NaN` token was refused by them), and tritonclient reads back as NaN."""
+    batch = images(2)
+    batch[0] = 3e38
+    tensor = triton.InferInput("image", list(batch.shape), "FP32")
+    tensor.set_data_from_numpy(batch, binary_data=False)
+    wanted = triton.InferRequestedOutput("probabilities", binary_data=False)
+    body, header_length = triton.InferenceServerClient.generate_request_body([tensor], outputs=[wanted])
+    assert header_length is None  # all JSON
+    connection = http.client.HTTPConnection("127.0.0.1", classifier.port, timeout=30)
+    connection.request("POST", "/v2/models/classifier/infer", body, {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    raw = response.read()
+    assert response.status == 200, raw
+    (row,) = strict_json.loads(raw)["outputs"]
+    assert set(row["data"][:10]) == {"NaN"} and all(isinstance(value, float) for value in row["data"][10:])
+    result = client(classifier).infer("classifier", [tensor], outputs=[wanted])
+    direct = classifier.models["classifier"].model.infer([batch])[0]
+    assert np.isnan(direct[0]).all()
+    np.testing.assert_allclose(result.as_numpy("probabilities"), direct, rtol=1e-5, atol=1e-6)  # NaN where NaN
 
 
 def test_a_body_over_the_limit_is_refused_413(start_serving: StartServing, batch_classifier: Path) -> None:

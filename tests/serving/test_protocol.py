@@ -1,5 +1,5 @@
 """The Open Inference Protocol's request reading: one split of the body, tensors read from its own memory; JSON
-as the grammar has it."""
+as the grammar has it, in and out."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import json
 import numpy as np
 import pytest
 
+from edge_runtime import strict_json
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.serving.http import _aligned_buffer
-from edge_runtime.serving.protocol import ProtocolError, parse_request, split_request
+from edge_runtime.serving.protocol import InferRequest, ProtocolError, encode_response, parse_request, split_request
 
 SPEC = TensorSpec("image", (None, 3, 4, 4), "float32")
 
@@ -83,3 +84,14 @@ def test_json_without_finite_numbers_or_nested_too_deep_is_refused(data: str, re
     with pytest.raises(ProtocolError) as refused:
         parse_request(split_request(json_request(data), None), [SPEC], max_batch_size=8)
     assert refused.value.status == 400 and refused.value.message.startswith(refusal), refused.value.message
+
+
+def test_non_finite_outputs_are_strings_every_json_reader_takes_and_numpy_reads_back() -> None:
+    outputs = np.array([[1.5, np.nan, np.inf, -np.inf]], np.float32)
+    request = InferRequest({"image": np.zeros((1, 3, 4, 4), np.float32)})
+    body, headers = encode_response("m", "1", request, {"scores": outputs})
+    assert headers["Content-Type"] == "application/json"
+    (row,) = strict_json.loads(body)["outputs"]  # the grammar's JSON: no NaN, no Infinity
+    assert row["data"] == [1.5, "NaN", "Infinity", "-Infinity"]
+    read_back = np.array(row["data"], np.float32).reshape(row["shape"])  # what tritonclient's as_numpy does
+    np.testing.assert_array_equal(read_back, outputs)
