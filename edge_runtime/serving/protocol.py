@@ -57,6 +57,7 @@ DATATYPES: dict[str, np.dtype[Any]] = {
 }
 _BY_DTYPE = {dtype.name: name for name, dtype in DATATYPES.items() if name != "BYTES"}
 HEADER_LENGTH = "Inference-Header-Content-Length"
+IMAGE_CONTENT_TYPES = ("image/jpeg", "image/png")
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
@@ -211,11 +212,12 @@ def _json_values(array: np.ndarray) -> list[Any]:
 
 def _json_object(header: bytes) -> dict[str, Any]:
     """The request's JSON, read as `strict_json` reads it: nested at most `MAX_DEPTH` deep, NaN and Infinity
-    refused."""
+    refused. A body that is no JSON at all is most often an image sent without its content type."""
     try:
         document = strict_json.loads(header, "the request")
     except strict_json.JsonRefused as error:
-        raise ProtocolError(str(error)) from None
+        hint = f" (an image needs the content type {' or '.join(IMAGE_CONTENT_TYPES)})" if error.syntax else ""
+        raise ProtocolError(f"{error}{hint}") from None
     if not isinstance(document, dict):
         raise ProtocolError("the request must be a JSON object")
     return document

@@ -189,6 +189,15 @@ def test_a_bad_request_with_a_reply_topic_is_answered_with_the_error(
     assert answer["code"] == code and error in answer["error"] and properties.CorrelationData == b"c"
 
 
+def test_an_image_sent_without_its_content_type_is_told_which_to_give(served: Serving, mqtt5: Client) -> None:
+    mqtt5.send("faces", PHOTO.read_bytes(), ResponseTopic="app/answers", CorrelationData=b"no-type")
+    answer, _ = mqtt5.answer()
+    assert answer["code"] == 400
+    assert answer["error"] == (
+        "the request is not valid JSON: not UTF-8 text (an image needs the content type image/jpeg or image/png)"
+    )
+
+
 def test_mqtt311_envelopes_nested_too_deep_or_with_nan_are_answered_400_counted_and_logged_without_a_traceback(
     mosquitto: Mosquitto, served: Serving, caplog: pytest.LogCaptureFixture
 ) -> None:

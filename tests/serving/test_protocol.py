@@ -86,6 +86,12 @@ def test_json_without_finite_numbers_or_nested_too_deep_is_refused(data: str, re
     assert refused.value.status == 400 and refused.value.message.startswith(refusal), refused.value.message
 
 
+def test_a_body_that_is_no_json_hints_at_the_content_type_of_an_image() -> None:
+    for body in (b"\xff\xd8\xff\xe0\x00\x10JFIF", b"\x89PNG\r\n\x1a\n"):
+        with pytest.raises(ProtocolError, match=r"not valid JSON.*\(an image needs the content type image/jpeg or "):
+            split_request(body, None)
+
+
 def test_non_finite_outputs_are_strings_every_json_reader_takes_and_numpy_reads_back() -> None:
     outputs = np.array([[1.5, np.nan, np.inf, -np.inf]], np.float32)
     request = InferRequest({"image": np.zeros((1, 3, 4, 4), np.float32)})
