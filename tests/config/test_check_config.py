@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +52,35 @@ def test_a_share_group_that_is_no_topic_level_is_refused_with_its_field(
     assert any(
         p.startswith(f"{path}:") and ": serve.share_group: " in p and "it contains '/'" in p for p in problems
     ), problems
+
+
+@pytest.mark.parametrize(
+    ("serve_host", "prometheus_host", "clash"),
+    [
+        ("127.0.0.1", "127.0.0.1", True),
+        ("localhost", "127.0.0.1", True),
+        ("0.0.0.0", "127.0.0.1", True),
+        ("127.0.0.1", "::", True),
+        ("127.0.0.1", "127.0.0.2", False),
+    ],
+)
+def test_the_inference_and_metrics_endpoints_on_one_port_are_refused_naming_both(
+    base_config: dict[str, Any],
+    face_package_dir: Path,
+    write_config: Any,
+    capsys: pytest.CaptureFixture[str],
+    serve_host: str,
+    prometheus_host: str,
+    clash: bool,
+) -> None:
+    http = {"host": serve_host, "port": 9464, "token": "0123456789abcdef-serve"}
+    base_config["serve"] = {"http": http, "models": [{"name": "faces", "path": str(face_package_dir)}]}
+    base_config["stats"] = {"prometheus": {"enabled": True, "host": prometheus_host, "port": 9464}}
+    path = write_config(base_config)
+    assert run_check_config(argparse.Namespace(file=path)) == (2 if clash else 0)
+    if clash:
+        (problem, count) = capsys.readouterr().err.splitlines()
+        assert re.match(
+            rf"{re.escape(str(path))}:\d+: serve\.http\.port: port 9464 is also stats\.prometheus\.port", problem
+        )
+        assert count == f"{path}: 1 problem"
