@@ -395,7 +395,8 @@ class DaemonConfig(StrictModel):
     @classmethod
     def _named_uniquely(cls, pipelines: tuple[PipelineConfig, ...], info: ValidationInfo) -> tuple[PipelineConfig, ...]:
         """Two pipelines with one name would publish to one topic and be indistinguishable on reload."""
-        if not pipelines and info.data.get("serve") is None:
+        # `serve` absent from info.data: it was given but is invalid, and its own errors say so.
+        if not pipelines and "serve" in info.data and info.data["serve"] is None:
             raise ValueError("at least one pipeline is needed, or models to serve")
         first_index: dict[str, int] = {}
         for index, pipeline in enumerate(pipelines):

@@ -54,6 +54,28 @@ def test_a_share_group_that_is_no_topic_level_is_refused_with_its_field(
     ), problems
 
 
+def test_a_serve_section_in_error_adds_no_pipeline_error(
+    base_config: dict[str, Any], face_package_dir: Path, write_config: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A config of served models only, whose serve section has a mistake: that mistake is the one problem (every
+    `serve:` error used to add "at least one pipeline is needed, or models to serve")."""
+    del base_config["pipelines"]
+    base_config["serve"] = {"http": {"host": "0.0.0.0"}, "models": [{"name": "faces", "path": str(face_package_dir)}]}
+    path = write_config(base_config)
+    assert run_check_config(argparse.Namespace(file=path)) == 2
+    problems = capsys.readouterr().err.splitlines()
+    assert len(problems) == 2 and problems[-1] == f"{path}: 1 problem", problems
+    assert ": serve.http: serving on 0.0.0.0, off loopback, needs a token" in problems[0]
+
+
+def test_a_config_with_neither_pipelines_nor_served_models_is_still_refused(
+    base_config: dict[str, Any], write_config: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    del base_config["pipelines"]
+    assert run_check_config(argparse.Namespace(file=write_config(base_config))) == 2
+    assert ": pipelines: at least one pipeline is needed, or models to serve" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("serve_host", "prometheus_host", "clash"),
     [
