@@ -10,7 +10,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "edge_runtime"
 STAGES = ("sources", "decoders", "backends", "mqtt", "hardware", "package")
 ABOVE = ("placement", "measure", "serving", "rollout", "control", "service", "commands", "cli")
-ROOT_MODULES = {"__init__.py", "__main__.py", "cli.py", "errors.py", "durable.py", "backoff.py"}
+ROOT_MODULES = {"__init__.py", "__main__.py", "cli.py", "errors.py", "durable.py", "backoff.py", "strict_json.py"}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -35,5 +35,6 @@ def test_a_stage_imports_nothing_from_above_it(stage: str) -> None:
 
 
 def test_the_root_holds_only_the_command_line_the_package_face_and_what_every_stage_shares() -> None:
-    """Errors, durable files and the reconnect backoff are used by sources, MQTT and the service alike."""
+    """Errors, durable files, the reconnect backoff and the reading of JSON from the network are used by sources,
+    MQTT and the service alike."""
     assert {path.name for path in PACKAGE.glob("*.py")} == ROOT_MODULES

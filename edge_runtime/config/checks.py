@@ -5,10 +5,14 @@ deployed yet. A package's model files are not hashed here (loading verifies them
 requires signed packages: then each is verified as `run` would before loading it. Its manifest is
 read, and the pinned variant, the decoder and preprocessing overrides and the kind of source are
 checked against it. A bare model file is hashed, as opening one infers its manifest that way.
+
+The endpoints the daemon listens on are checked against each other too: two on one port would let
+the config pass and `run` fail at start with "address already in use".
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +35,7 @@ def check_files(config: DaemonConfig) -> list[Problem]:
             problems += _check_pipeline(("pipelines", index), pipeline)
     if config.serve is not None:
         problems += _check_served(config)
+        problems += _check_ports(config)
     trust_problems = _check_trust(config)
     problems += trust_problems
     if config.trust.signatures_required and not trust_problems:
@@ -106,6 +111,38 @@ def _check_served(config: DaemonConfig) -> list[Problem]:
         if file is not None and not file.is_file():
             problems.append(Problem(("serve", "http", name), f"file not found: {file}"))
     return problems
+
+
+def _check_ports(config: DaemonConfig) -> list[Problem]:
+    assert config.serve is not None
+    http, prometheus = config.serve.http, config.stats.prometheus
+    if not (http.enabled and prometheus.enabled) or http.port != prometheus.port:
+        return []
+    if not _may_collide(http.host, prometheus.host):
+        return []
+    return [
+        Problem(
+            ("serve", "http", "port"),
+            f"port {http.port} is also stats.prometheus.port (on {prometheus.host}): the inference endpoint and "
+            "the metrics endpoint cannot listen on one port; give one of them another",
+        )
+    ]
+
+
+def _may_collide(a: str, b: str) -> bool:
+    """Whether listening on hosts `a` and `b` with one port fails: the same address, or either one every
+    address (0.0.0.0, ::), since :: takes the IPv4 addresses too."""
+    addresses = []
+    for host in (a, b):
+        try:
+            address = ipaddress.ip_address("127.0.0.1" if host == "localhost" else host)
+        except ValueError:  # a host name: only the same name is known to be the same address
+            addresses.append(host)
+            continue
+        if address.is_unspecified:
+            return True
+        addresses.append(str(address))
+    return addresses[0] == addresses[1]
 
 
 def _check_pipeline(at: FieldPath, pipeline: PipelineConfig) -> list[Problem]:

@@ -253,6 +253,12 @@ class ServedModelConfig(ModelConfig):
         return name
 
 
+# A bearer token is the only key to an endpoint off loopback, and it can be tried as fast as the endpoint answers.
+# 16 characters is the least a generated token has (`openssl rand -hex 8`, 64 bits, already beyond guessing at
+# any rate an HTTP endpoint sustains; `openssl rand -hex 16` gives 32); anything shorter is a word someone chose.
+MIN_TOKEN_LENGTH = 16
+
+
 class HttpSettings(StrictModel):
     enabled: bool = True
     host: str = Field(default="127.0.0.1", min_length=1, description="address to listen on; loopback by default")
@@ -279,6 +285,27 @@ class HttpSettings(StrictModel):
         description="connections held at once; past it a new one pushes out the oldest still waiting for its "
         "headers (keep it under the process's descriptor limit, LimitNOFILE in the unit)",
     )
+
+    @field_validator("token")
+    @classmethod
+    def _token_worth_its_name(cls, token: SecretStr | None) -> SecretStr | None:
+        """An empty token made `Authorization: Bearer` with no value a key to every route; a short one is guessed."""
+        if token is None:
+            return None
+        value = token.get_secret_value()
+        if not value:
+            raise ValueError(
+                "is empty, which would let anyone in; give a generated token (openssl rand -hex 16), "
+                "or leave token out to serve on loopback only"
+            )
+        if value != value.strip():
+            raise ValueError("begins or ends with whitespace, which no Authorization header carries")
+        if len(value) < MIN_TOKEN_LENGTH:
+            raise ValueError(
+                f"has {len(value)} characters, fewer than the {MIN_TOKEN_LENGTH} a token needs not to be guessed; "
+                "give a generated one (openssl rand -hex 16)"
+            )
+        return token
 
     @model_validator(mode="after")
     def _token_off_loopback(self) -> HttpSettings:
@@ -398,7 +425,8 @@ class DaemonConfig(StrictModel):
     @classmethod
     def _named_uniquely(cls, pipelines: tuple[PipelineConfig, ...], info: ValidationInfo) -> tuple[PipelineConfig, ...]:
         """Two pipelines with one name would publish to one topic and be indistinguishable on reload."""
-        if not pipelines and info.data.get("serve") is None:
+        # `serve` absent from info.data: it was given but is invalid, and its own errors say so.
+        if not pipelines and "serve" in info.data and info.data["serve"] is None:
             raise ValueError("at least one pipeline is needed, or models to serve")
         first_index: dict[str, int] = {}
         for index, pipeline in enumerate(pipelines):

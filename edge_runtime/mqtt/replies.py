@@ -8,7 +8,9 @@ NATS 2.9) carry no properties, so the same travels in a JSON envelope,
 
 answered with `{"correlation_id": "42", "served_by": "<device id>", ...}`. Errors come back the same
 way, `{"error": "...", "code": 400}`, never as silence; a request that names no usable reply topic
-raises `NoReplyTopic`, for the caller to count and drop, since there is nowhere to answer.
+raises `NoReplyTopic`, for the caller to count and drop, since there is nowhere to answer. The envelope
+is read as `strict_json` reads network JSON; one it refuses (nested too deep, or holding NaN) whose top
+level still names a reply topic comes with its `problem`, for the caller to answer with a 400.
 
 A reply topic comes from the network and is checked before anything is published to it: no wildcards,
 no `$` topics, nothing under the prefix (`<prefix>/` is the boxes' namespace: a request must not make a
@@ -23,6 +25,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from edge_runtime import strict_json
 from edge_runtime.mqtt.acks import Settle
 from edge_runtime.mqtt.connection import MqttConnection
 
@@ -76,6 +79,7 @@ class Request:
     payload: bytes  # MQTT 5: the message's payload; 3.1.1: empty, the envelope holds the request
     content_type: str  # MQTT 5's Content Type, lower case, without parameters
     envelope: dict[str, Any] | None  # 3.1.1: the envelope, for the caller to take its own fields from
+    problem: str | None = None  # 3.1.1: why the envelope could not be read whole (its nested fields are None)
 
 
 def read_request(payload: bytes, properties: Any, via: MqttConnection, settle: Settle, prefix: str) -> Request:
@@ -87,16 +91,22 @@ def read_request(payload: bytes, properties: Any, via: MqttConnection, settle: S
         content_type = str(getattr(properties, "ContentType", "") or "").split(";")[0].strip().lower()
         reply = Reply(checked_reply_topic(response_topic, prefix), correlation, None, False, via, settle, served_by)
         return Request(reply, payload, content_type, None)
+    problem = None
     try:
-        envelope = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise NoReplyTopic("no Response Topic, and the payload is no JSON envelope naming reply_to") from None
+        envelope = strict_json.loads(payload, "the envelope")
+    except strict_json.JsonRefused as refused:
+        try:  # its top level may still say where to answer that
+            envelope = strict_json.top_level(payload, "the envelope")
+        except strict_json.JsonRefused:
+            why = f"no Response Topic, and the payload is no JSON envelope naming reply_to: {refused}"
+            raise NoReplyTopic(why) from None
+        problem = str(refused)
     if not isinstance(envelope, dict) or not isinstance(envelope.get("reply_to"), str):
         raise NoReplyTopic("no Response Topic, and no reply_to in the payload")
     correlation_id = envelope.get("correlation_id")
     envelope_id = None if correlation_id is None else str(correlation_id)
     reply = Reply(checked_reply_topic(envelope["reply_to"], prefix), None, envelope_id, True, via, settle, served_by)
-    return Request(reply, b"", "application/json", envelope)
+    return Request(reply, b"", "application/json", envelope, problem)
 
 
 def checked_reply_topic(topic: str, prefix: str) -> str:

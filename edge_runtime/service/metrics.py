@@ -34,7 +34,7 @@ _MQTT_COUNTERS = {
     "broker_moves": "connections made to another broker node than the one before",
     "held_qos": "sends skipped because the broker takes a lower QoS than the message's (they stay spooled)",
     "dropped": "results dropped from a full or aged spool",
-    "requests_dropped": "inference requests with no usable reply topic, dropped",
+    "requests_dropped": "inference requests dropped unanswered: no usable reply topic, or a fault",
 }
 _ROLLOUT_COUNTERS = {
     "archives_refused": "rollout archives refused before unpacking (links, escaping paths, setuid bits, bombs)",

@@ -274,7 +274,10 @@ def _header_length(request: Request) -> int | None:
 
 
 def _check_token(request: Request, token: str) -> None:
+    """An empty bearer value is refused whatever the token: the config refuses an empty token, but one that
+    slipped through (a program building the settings) must not make `Authorization: Bearer` a key."""
     given = request.headers.get("authorization", "")
     scheme, _, value = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
+    value = value.strip()
+    if scheme.lower() != "bearer" or not value or not hmac.compare_digest(value.encode(), token.encode()):
         raise _Refused(401, "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})

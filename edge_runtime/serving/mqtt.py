@@ -64,7 +64,7 @@ class MqttRequests:
         self.models = models
         self.share_group = share_group
         self.fleet: MqttConnection | None = None  # the companion connection, with a share group
-        self.dropped = 0  # requests with nowhere to answer
+        self.dropped = 0  # requests with nowhere to answer, or left unanswered by a fault
         self._lock = threading.Lock()
         self._workers = ThreadPoolExecutor(workers, thread_name_prefix="mqtt-infer")
 
@@ -147,7 +147,9 @@ class MqttRequests:
             self._take(via, topic, payload, properties, settle, place)
         except Exception:
             settle()  # a request that failed unanswered must not keep its place in the in-flight window
-            log.exception("MQTT request on %s failed", topic)
+            with self._lock:
+                self.dropped += 1
+            log.exception("MQTT request on %s failed unanswered", topic)  # a fault of this code: its traceback
         finally:
             if place is not None:
                 place.release()  # a request that never reached the queue
@@ -168,6 +170,11 @@ class MqttRequests:
         model = self.models.get(name)
         if model is None:
             reply.error(404, f"unknown model {name!r}; served: {', '.join(self.models) or 'none'}")
+            return
+        if request.problem is not None:  # a 3.1.1 envelope too deep to read whole, or holding NaN
+            model.metrics.request(ok=False)
+            log.warning("MQTT request on %s refused: %s", topic, request.problem)
+            reply.error(400, request.problem)
             return
         try:
             body, content_type = _body(request)

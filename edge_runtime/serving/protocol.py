@@ -9,6 +9,9 @@ turning millions of numbers into text). BYTES tensors carry each element behind 
 Everything here is checked against the served model before any of it reaches a backend: an unknown
 or missing input, a datatype or shape the model does not take, or a body whose sizes disagree is a
 `ProtocolError` naming the tensor and what was expected, which the HTTP layer answers with its status.
+The JSON is read as `strict_json` reads it: nested at most 64 deep, without NaN or Infinity, which JSON
+does not have; a tensor's values must also fit its datatype. Non-finite outputs are written as strings
+(see `_json_values`), since JSON has no number for them either.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_runtime import strict_json
 from edge_runtime.backends.base import TensorSpec
 
 __all__ = [
@@ -53,6 +57,8 @@ DATATYPES: dict[str, np.dtype[Any]] = {
 }
 _BY_DTYPE = {dtype.name: name for name, dtype in DATATYPES.items() if name != "BYTES"}
 HEADER_LENGTH = "Inference-Header-Content-Length"
+IMAGE_CONTENT_TYPES = ("image/jpeg", "image/png")
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 class ProtocolError(Exception):
@@ -177,7 +183,7 @@ def encode_response(
             row["parameters"] = {"binary_data_size": len(data)}
             chunks.append(data)
         else:
-            row["data"] = array.reshape(-1).tolist()
+            row["data"] = _json_values(array)
         rows.append(row)
     response: dict[str, Any] = {"model_name": model_name, "model_version": model_version, "outputs": rows}
     if request.request_id is not None:
@@ -191,12 +197,27 @@ def encode_response(
     }
 
 
+def _json_values(array: np.ndarray) -> list[Any]:
+    """The tensor's elements as JSON values. JSON has no NaN or infinity, and a reader that follows the grammar
+    (the KServe SDK's, a browser's, Go's) refuses the whole answer when Python writes its `NaN` or `Infinity`,
+    so non-finite elements are the strings "NaN", "Infinity" and "-Infinity": every JSON reader takes them,
+    and they keep the three apart (null would not). numpy reads them back as the numbers, so
+    `tritonclient`'s `as_numpy` returns the model's output bit for bit, as JavaScript's `Number()` and Java's
+    `Double.parseDouble` do."""
+    values: list[Any] = array.reshape(-1).tolist()
+    if array.dtype.kind != "f" or np.isfinite(array).all():
+        return values
+    return [value if math.isfinite(value) else _NON_FINITE[str(value)] for value in values]
+
+
 def _json_object(header: bytes) -> dict[str, Any]:
+    """The request's JSON, read as `strict_json` reads it: nested at most `MAX_DEPTH` deep, NaN and Infinity
+    refused. A body that is no JSON at all is most often an image sent without its content type."""
     try:
-        document = json.loads(header)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        where = f" at line {error.lineno} column {error.colno}" if isinstance(error, json.JSONDecodeError) else ""
-        raise ProtocolError(f"the request is not valid JSON{where}") from None
+        document = strict_json.loads(header, "the request")
+    except strict_json.JsonRefused as error:
+        hint = f" (an image needs the content type {' or '.join(IMAGE_CONTENT_TYPES)})" if error.syntax else ""
+        raise ProtocolError(f"{error}{hint}") from None
     if not isinstance(document, dict):
         raise ProtocolError("the request must be a JSON object")
     return document
@@ -232,9 +253,16 @@ def _read_input(raw: dict[str, Any], spec: TensorSpec, binary: memoryview, offse
     if "data" not in raw:
         raise ProtocolError(f"input {name!r} has neither 'data' nor parameters.binary_data_size")
     try:
-        array = np.asarray(raw["data"], dtype=dtype)
+        with np.errstate(over="ignore", invalid="ignore"):  # a number past the type's range is infinite: refused below
+            array = np.asarray(raw["data"], dtype=dtype)
     except (TypeError, ValueError, OverflowError):
         raise ProtocolError(f"input {name!r}: 'data' is not a list of {want} values") from None
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        largest = float(np.finfo(dtype).max)
+        raise ProtocolError(
+            f"input {name!r}: 'data' holds a value that is no finite {want} number (NaN, infinite, or beyond "
+            f"±{largest:.4g})"
+        )
     if array.size != count:
         raise ProtocolError(f"input {name!r}: shape {shape} holds {count} elements, 'data' has {array.size}")
     return array.reshape(shape), offset

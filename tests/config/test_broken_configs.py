@@ -58,6 +58,21 @@ CASES = [
     ({"pipelines": DELETE}, "pipelines", "at least one pipeline is needed, or models to serve"),
     ({"serve": {"http": {"host": "0.0.0.0"}, "models": [{"name": "m", "path": "m"}]}}, "serve.http", "needs a token"),
     ({"serve": {"models": [{"name": "a/b", "path": "m"}]}}, "serve.models[0].name", "cannot be an MQTT topic level"),
+    (
+        {"serve": {"http": {"host": "0.0.0.0", "token": ""}, "models": [{"name": "m", "path": "m"}]}},
+        "serve.http.token",
+        "is empty, which would let anyone in",
+    ),
+    (
+        {"serve": {"http": {"host": "0.0.0.0", "token": "${EDGE_TEST_SURELY_UNSET:-}"}, "models": []}},
+        "serve.http.token",
+        "is empty, which would let anyone in",
+    ),
+    (
+        {"serve": {"http": {"token": "hunter2"}, "models": [{"name": "m", "path": "m"}]}},
+        "serve.http.token",
+        "has 7 characters, fewer than the 16 a token needs not to be guessed",
+    ),
     ({"serve": {"models": []}}, "serve.models", "at least 1 item"),
     ({"serve": {"share_group": "a/b", "models": []}}, "serve.share_group", "it contains '/'"),
     ({"serve": {"share_group": "all boxes", "models": []}}, "serve.share_group", "it contains ' '"),

@@ -22,12 +22,15 @@ from image_bombs import png_declaring
 from tritonclient.utils import InferenceServerException
 from waiting import wait_for
 
+from edge_runtime import strict_json
 from edge_runtime.package.loader import open_package
 from edge_runtime.pipeline.results import result_schema
+from edge_runtime.placement.loading import Box
 from edge_runtime.placement.model import load_model
 from edge_runtime.serving.service import Serving
 
 StartServing = Callable[..., Serving]
+TOKEN = "0123456789abcdef-serve"  # a test's token, long enough for the settings
 
 
 def client(serving: Serving) -> triton.InferenceServerClient:
@@ -248,6 +251,42 @@ def test_malformed_and_truncated_bodies_and_unknown_models(classifier: Serving) 
     assert classifier.report()["classifier"]["request_failure"] == 3
 
 
+def test_json_nested_too_deep_or_with_nan_is_answered_400_and_counted(classifier: Serving) -> None:
+    """100,000 nested `[` used to end in a RecursionError answered 500; Python's NaN and Infinity reached the model."""
+    status, answer, _ = post(classifier, "/v2/models/classifier/infer", b"[" * 100_000)
+    assert status == 400 and answer["error"].startswith("the request is nested deeper than 64 levels"), answer
+    for constant in ("NaN", "Infinity", "-Infinity"):
+        data = "[" + ", ".join([constant] + ["0.0"] * 3071) + "]"
+        head = '{"inputs": [{"name": "image", "shape": [1, 3, 32, 32], "datatype": "FP32", "data": '
+        status, answer, _ = post(classifier, "/v2/models/classifier/infer", f"{head}{data}}}]}}".encode())
+        assert (status, answer["error"]) == (400, f"the request holds {constant}, which is no JSON number: "
+                                                  "JSON has finite numbers only")  # fmt: skip
+    assert classifier.report()["classifier"]["request_failure"] == 4
+
+
+def test_non_finite_outputs_are_answered_in_json_that_strict_readers_take(classifier: Serving) -> None:
+    """Pixels near FP32's largest overflow inside the model, which answers NaN: written as the string "NaN", which a
+    reader of the grammar takes (Python's `NaN` token was refused by them), and tritonclient reads back as NaN."""
+    batch = images(2)
+    batch[0] = 3e38
+    tensor = triton.InferInput("image", list(batch.shape), "FP32")
+    tensor.set_data_from_numpy(batch, binary_data=False)
+    wanted = triton.InferRequestedOutput("probabilities", binary_data=False)
+    body, header_length = triton.InferenceServerClient.generate_request_body([tensor], outputs=[wanted])
+    assert header_length is None  # all JSON
+    connection = http.client.HTTPConnection("127.0.0.1", classifier.port, timeout=30)
+    connection.request("POST", "/v2/models/classifier/infer", body, {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    raw = response.read()
+    assert response.status == 200, raw
+    (row,) = strict_json.loads(raw)["outputs"]
+    assert set(row["data"][:10]) == {"NaN"} and all(isinstance(value, float) for value in row["data"][10:])
+    result = client(classifier).infer("classifier", [tensor], outputs=[wanted])
+    direct = classifier.models["classifier"].model.infer([batch])[0]
+    assert np.isnan(direct[0]).all()
+    np.testing.assert_allclose(result.as_numpy("probabilities"), direct, rtol=1e-5, atol=1e-6)  # NaN where NaN
+
+
 def test_a_body_over_the_limit_is_refused_413(start_serving: StartServing, batch_classifier: Path) -> None:
     serving = start_serving([{"name": "classifier", "path": str(batch_classifier)}], max_body_bytes=4096)
     status, answer, _ = post(serving, "/v2/models/classifier/infer", b"{" + b" " * 5000 + b"}")
@@ -348,14 +387,14 @@ def test_a_client_that_hangs_up_mid_body_leaves_no_traceback(
 
 
 def test_a_token_guards_everything_but_health(start_serving: StartServing, batch_classifier: Path) -> None:
-    serving = start_serving([{"name": "classifier", "path": str(batch_classifier)}], token="s3cret")
+    serving = start_serving([{"name": "classifier", "path": str(batch_classifier)}], token=TOKEN)
     assert client(serving).is_server_live()
     with pytest.raises(InferenceServerException, match="a valid bearer token is required"):
         client(serving).get_model_metadata("classifier")
-    good = client(serving).get_model_metadata("classifier", headers={"Authorization": "Bearer s3cret"})
+    good = client(serving).get_model_metadata("classifier", headers={"Authorization": f"Bearer {TOKEN}"})
     assert good["name"] == "classifier"
     with pytest.raises(InferenceServerException, match="bearer token"):
-        client(serving).get_model_metadata("classifier", headers={"Authorization": "Bearer s3cret-not"})
+        client(serving).get_model_metadata("classifier", headers={"Authorization": f"Bearer {TOKEN}-not"})
 
 
 def test_off_loopback_a_token_is_required() -> None:
@@ -366,6 +405,55 @@ def test_off_loopback_a_token_is_required() -> None:
     with pytest.raises(ValidationError, match="off loopback, needs a token"):
         HttpSettings(host="0.0.0.0")
     assert HttpSettings(host="::1").token is None
+
+
+@pytest.mark.parametrize(
+    ("token", "refusal"),
+    [
+        ("", "is empty, which would let anyone in"),
+        ("s3cret", "has 6 characters, fewer than the 16 a token needs"),
+        (f" {TOKEN}", "begins or ends with whitespace"),
+    ],
+)
+def test_an_empty_or_short_token_is_refused_by_the_settings(token: str, refusal: str) -> None:
+    from pydantic import ValidationError
+
+    from edge_runtime.config.schema import HttpSettings
+
+    with pytest.raises(ValidationError, match=refusal) as refused:
+        HttpSettings.model_validate({"host": "0.0.0.0", "token": token})
+    ((location, message),) = [(error["loc"], error["msg"]) for error in refused.value.errors()]
+    assert location == ("token",) and (not token or token.strip() not in message)  # the message never shows it
+
+
+def test_a_bearer_with_no_value_is_refused_even_where_an_empty_token_slipped_through(
+    box: Box, tmp_path: Path, batch_classifier: Path
+) -> None:
+    """The settings refuse an empty token; one that bypassed them (a program building them) must not make
+    `Authorization: Bearer` with nothing after it a key: every route but health answers 401."""
+    from pydantic import SecretStr
+
+    from edge_runtime.config.schema import ServeSettings
+    from edge_runtime.placement.model_pool import ModelPool
+
+    checked = ServeSettings.model_validate(
+        {"http": {"port": 0, "token": TOKEN}, "models": [{"name": "classifier", "path": str(batch_classifier)}]}
+    )
+    settings = checked.model_copy(update={"http": checked.http.model_copy(update={"token": SecretStr("")})})
+    pool = ModelPool(box, tmp_path / "state", tmp_path / "cache")
+    serving = Serving(settings, "test-box", pool, tmp_path / "config.yaml")
+    try:
+        serving.start()
+        for authorization in ("Bearer", "Bearer ", "bearer   "):
+            connection = http.client.HTTPConnection("127.0.0.1", serving.port, timeout=10)
+            connection.request("GET", "/v2/models/classifier", headers={"Authorization": authorization})
+            response = connection.getresponse()
+            assert response.status == 401, (authorization, response.read())
+            response.read()
+        assert client(serving).is_server_live()
+    finally:
+        serving.stop()
+        pool.close()
 
 
 def test_the_openapi_document_lists_every_route(classifier: Serving) -> None:

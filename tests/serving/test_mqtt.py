@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -206,6 +207,9 @@ def test_mqtt311_requests_travel_in_an_envelope(mosquitto: Mosquitto, served: Se
         ("classifier", json.dumps(tensor_request(np.zeros((1, 3, 8, 8), np.float32))).encode(), 400,
          "input 'image': shape [1, 3, 8, 8], but the model takes [-1, 3, 32, 32]"),
         ("faces", b"not a picture", 400, "no JPEG, PNG, BMP or WebP image"),
+        ("classifier", b"[" * 100_000, 400, "the request is nested deeper than 64 levels of arrays and objects"),
+        ("classifier", b'{"inputs": [{"name": "image", "shape": [1], "datatype": "FP32", "data": [NaN]}]}', 400,
+         "the request holds NaN, which is no JSON number"),
     ],
 )  # fmt: skip
 def test_a_bad_request_with_a_reply_topic_is_answered_with_the_error(
@@ -215,6 +219,43 @@ def test_a_bad_request_with_a_reply_topic_is_answered_with_the_error(
     mqtt5.send(model, payload, ResponseTopic="app/answers", CorrelationData=b"c", ContentType=content_type)
     answer, properties = mqtt5.answer()
     assert answer["code"] == code and error in answer["error"] and properties.CorrelationData == b"c"
+
+
+def test_an_image_sent_without_its_content_type_is_told_which_to_give(served: Serving, mqtt5: Client) -> None:
+    mqtt5.send("faces", PHOTO.read_bytes(), ResponseTopic="app/answers", CorrelationData=b"no-type")
+    answer, _ = mqtt5.answer()
+    assert answer["code"] == 400
+    assert answer["error"] == (
+        "the request is not valid JSON: not UTF-8 text (an image needs the content type image/jpeg or image/png)"
+    )
+
+
+def test_mqtt311_envelopes_nested_too_deep_or_with_nan_are_answered_400_counted_and_logged_without_a_traceback(
+    mosquitto: Mosquitto, served: Serving, caplog: pytest.LogCaptureFixture
+) -> None:
+    """100,000 nested `[` in a 3.1.1 envelope got no answer, a traceback in the log, and no count."""
+    caplog.set_level(logging.INFO)
+    client = Client(mosquitto, MQTTProtocolVersion.MQTTv311)
+    try:
+        nested = b"[" * 100_000 + b"]" * 100_000
+        client.send("classifier", b'{"reply_to": "app/answers", "correlation_id": "deep", "request": %s}' % nested)
+        answer, _ = client.answer()
+        assert answer["correlation_id"] == "deep" and answer["code"] == 400
+        assert answer["error"].startswith("the envelope is nested deeper than 64 levels of arrays and objects")
+        request = b'{"inputs": [{"name": "image", "shape": [1], "datatype": "FP32", "data": [Infinity]}]}'
+        client.send("classifier", b'{"reply_to": "app/answers", "correlation_id": "inf", "request": %s}' % request)
+        answer, _ = client.answer()
+        assert answer["correlation_id"] == "inf" and answer["code"] == 400
+        assert answer["error"] == "the envelope holds Infinity, which is no JSON number: JSON has finite numbers only"
+        client.send("classifier", b'{"reply_to": "app/answers", "request": ' + b"[" * 100_000)  # no top level to read
+        assert wait_for(lambda: served.mqtt is not None and served.mqtt.dropped == 1, timeout=10)
+    finally:
+        client.close()
+    assert served.report()["classifier"]["request_failure"] == 2
+    assert [record.getMessage() for record in caplog.records if record.exc_info] == []
+    refused = [r.getMessage() for r in caplog.records if r.name == "edge_runtime.serving.mqtt"]
+    assert len(refused) == 3 and all(message.startswith("MQTT request on edge/test-box/infer/classifier ")
+                                     for message in refused), refused  # fmt: skip
 
 
 @pytest.mark.parametrize(
