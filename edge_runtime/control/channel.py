@@ -16,6 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from edge_runtime import strict_json
 from edge_runtime.config.control import ControlSettings
 from edge_runtime.control.handlers import CommandFailed, ControlContext, run_command
 from edge_runtime.control.signed import CommandRefused, NonceStore, verify_command
@@ -114,9 +115,9 @@ class ControlChannel:
         if len(payload) > MAX_COMMAND_BYTES:
             raise CommandRefused(f"over {MAX_COMMAND_BYTES} bytes", "unsigned")
         try:
-            return json.loads(payload)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise CommandRefused("unsigned: the payload is not JSON", "unsigned") from None
+            return strict_json.loads(payload, "the command")
+        except strict_json.JsonRefused as refused:
+            raise CommandRefused(f"unsigned: {refused}", "unsigned") from None
 
     def _count(self, refused: bool) -> None:
         with self._lock:

@@ -51,7 +51,8 @@ def test_commands_nobody_trusted_signed_are_refused_and_the_box_runs_on(
     refusals = {
         "replayed": (good, "replayed: nonce"),
         "unsigned": ({"command": "status"}, "unsigned: not a signed command"),
-        "not json": (b"\xff status", "unsigned: the payload is not JSON"),
+        "not json": (b"\xff status", "unsigned: the command is not valid JSON"),
+        "too deep": (b"[" * 100_000, "unsigned: the command is nested deeper than 64 levels"),
         "stranger": (sign_command(stranger, DEVICE, "status"), "signed by unknown key"),
         "other box": (sign_command(fleet.operator_key, "gate-4", "status"), "signed for box 'gate-4'"),
         "tampered": ({**sign_command(fleet.operator_key, DEVICE, "status"), "command": "config get"}, "bad signature"),
