@@ -37,7 +37,8 @@ from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.replies import NoReplyTopic, Reply, Request, read_request
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.serving.batching import Place, QueueFull
-from edge_runtime.serving.served import IMAGE_TYPES, Prepared, ServedModel, refusal
+from edge_runtime.serving.protocol import IMAGE_TYPES
+from edge_runtime.serving.served import Prepared, ServedModel, refusal
 
 __all__ = ["MqttRequests"]
 

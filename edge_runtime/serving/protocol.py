@@ -29,6 +29,7 @@ from edge_runtime.backends.base import TensorSpec
 
 __all__ = [
     "DATATYPES",
+    "IMAGE_TYPES",
     "InferRequest",
     "ProtocolError",
     "RequestBody",
@@ -57,7 +58,7 @@ DATATYPES: dict[str, np.dtype[Any]] = {
 }
 _BY_DTYPE = {dtype.name: name for name, dtype in DATATYPES.items() if name != "BYTES"}
 HEADER_LENGTH = "Inference-Header-Content-Length"
-IMAGE_CONTENT_TYPES = ("image/jpeg", "image/png")
+IMAGE_TYPES = ("image/jpeg", "image/png", "image/jpg")  # the content types of an image body
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
@@ -216,7 +217,7 @@ def _json_object(header: bytes) -> dict[str, Any]:
     try:
         document = strict_json.loads(header, "the request")
     except strict_json.JsonRefused as error:
-        hint = f" (an image needs the content type {' or '.join(IMAGE_CONTENT_TYPES)})" if error.syntax else ""
+        hint = f" (an image needs the content type {' or '.join(IMAGE_TYPES[:2])})" if error.syntax else ""
         raise ProtocolError(f"{error}{hint}") from None
     if not isinstance(document, dict):
         raise ProtocolError("the request must be a JSON object")

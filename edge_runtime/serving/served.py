@@ -28,6 +28,7 @@ from edge_runtime.serving.batch_choice import BatchChoice
 from edge_runtime.serving.batching import InferenceQueue, QueueFull, RequestTimedOut
 from edge_runtime.serving.metrics import ModelMetrics
 from edge_runtime.serving.protocol import (
+    IMAGE_TYPES,
     InferRequest,
     ProtocolError,
     RequestBody,
@@ -38,11 +39,9 @@ from edge_runtime.serving.protocol import (
 from edge_runtime.sources.configs import DEFAULT_MAX_IMAGE_PIXELS
 from edge_runtime.sources.encoded import ImageError, decode_image
 
-__all__ = ["IMAGE_TYPES", "Prepared", "ServedModel", "refusal"]
+__all__ = ["Prepared", "ServedModel", "refusal"]
 
 log = logging.getLogger(__name__)
-
-IMAGE_TYPES = ("image/jpeg", "image/png", "image/jpg")
 
 
 @dataclass(frozen=True)
