@@ -83,13 +83,19 @@ def test_a_kept_alive_connection_gets_the_same_deadline_for_its_next_request(ser
     assert took is not None and took < 2, took
 
 
-def test_a_flood_of_idle_connections_pushes_out_the_oldest_and_health_stays_answered(serving: Serving) -> None:
+def test_a_flood_of_idle_connections_pushes_out_the_oldest_and_health_stays_answered(
+    start_serving: StartServing, batch_classifier: Path
+) -> None:
+    """A header deadline long enough that only pushing out can close a connection within the test."""
+    serving = start_serving([{"name": "classifier", "path": str(batch_classifier)}], header_timeout_s=30,
+                            max_connections=20)  # fmt: skip
     assert serving.port is not None
     flood = [socket.create_connection(("127.0.0.1", serving.port)) for _ in range(60)]
     try:
         time.sleep(0.2)
         assert health(serving.port) == 200
-        assert serving.connections is not None and serving.connections.closed_waiting >= 40
+        assert serving.connections is not None
+        assert serving.connections.closed_waiting == 41  # 60 + the probe's connection, 20 kept
         still_open = sum(closed_within(sock, 0.01) is None for sock in flood[-10:])
         assert still_open == 10  # the newest stay: the oldest were pushed out
     finally:
