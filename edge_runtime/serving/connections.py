@@ -35,7 +35,6 @@ class ConnectionLimits:
     max_connections: int = 512
     header_timeout_s: float = 10.0
     closed_waiting: int = 0  # connections closed for taking too long to send their headers, or pushed out
-    refused: int = 0  # new connections closed at once: every other one was being answered
     waiting: OrderedDict[int, GuardedProtocol] = field(default_factory=OrderedDict)  # oldest first
 
 
@@ -48,8 +47,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.limits.max_connections and not self._push_out_oldest_waiting():
-            self.limits.refused += 1
-            transport.close()
+            transport.close()  # every other connection holds a request being answered
             return
         self._await_headers()
 
