@@ -55,6 +55,7 @@ from edge_runtime.mqtt.callbacks import (
 )
 from edge_runtime.mqtt.capabilities import QosCheck
 from edge_runtime.mqtt.settings import BrokerAddress, MqttSettings
+from edge_runtime.mqtt.subscriptions import Subscriptions
 from edge_runtime.mqtt.tls import configure_tls, describe_failure
 from edge_runtime.mqtt.topics import Topics, shared
 
@@ -105,7 +106,7 @@ class MqttConnection:
         self._reconnect_min_s = reconnect_min_s
         self._ack_handler: AckHandler | None = None
         self._connect_listeners: list[ConnectListener] = []
-        self._subscriptions: dict[str, int] = {}
+        self.subscriptions = Subscriptions(self.client_id)
         self._acks: InOrderAcks | None = None
         self._lock = threading.Lock()
         self._connected_event = threading.Event()
@@ -235,6 +236,10 @@ class MqttConnection:
     def wait_connected(self, timeout: float) -> bool:
         return self._connected_event.wait(timeout)
 
+    def wait_subscribed(self, timeout: float) -> bool:
+        """True once connected with every subscription answered by the broker (see `subscriptions.refused`)."""
+        return self.subscriptions.wait_confirmed(timeout)
+
     def stop(self, timeout: float = 2.0) -> None:
         """Say "offline" (retained) ourselves, since the broker sends no will after a clean disconnect."""
         if not self._started:
@@ -280,18 +285,16 @@ class MqttConnection:
         still carries its plain topic, so the callback is matched on `topic`, not on `$share/...`.
         """
         subscription = topic if share_group is None else shared(share_group, topic)
-        with self._lock:
-            self._subscriptions[subscription] = qos
+        self.subscriptions.want(subscription, qos)
         self._client.message_callback_add(topic, dispatcher(topic, handler, self._acks))
         if self.connected:
-            self._client.subscribe(subscription, qos)
+            self.subscriptions.send(self._client, subscription, qos)
 
     def unsubscribe(self, topic: str, share_group: str | None = None, timeout: float = 5.0) -> None:
         """Stop the broker sending on `topic`. Returns once it confirmed: what it sent before then has
         reached the handler (one connection keeps its order), and nothing arrives after."""
         subscription = topic if share_group is None else shared(share_group, topic)
-        with self._lock:
-            self._subscriptions.pop(subscription, None)
+        self.subscriptions.forget(subscription)
         if self.connected:
             confirmed = threading.Event()
             self._client.on_unsubscribe = lambda *_: confirmed.set()
@@ -354,15 +357,13 @@ class MqttConnection:
                 self.broker_moves += 1
             self._last_broker = self.broker
             self.connect_count += 1
-            subscriptions = list(self._subscriptions.items())
         for listener in self._connect_listeners:
             listener(self.connect_count)
         self.connected = True  # after connect_count: a reader that sees True also sees the new session
         self.last_error = self._paho_errors.last = ""
         if self.companion is None:
             client.publish(self.status_topic, b"online", qos=1, retain=True)
-        for topic, qos in subscriptions:
-            client.subscribe(topic, qos)
+        self.subscriptions.session_started(client)
         self._connected_event.set()
         log.info(
             "MQTT: connected to %s as %s (session present: %s)", self._address, self.client_id, flags.session_present
@@ -387,6 +388,7 @@ class MqttConnection:
         was_connected = self.connected
         self.connected = False
         self._connected_event.clear()
+        self.subscriptions.session_ended()
         if self._stopping:
             return
         cause, self._paho_errors.last = self._paho_errors.last or str(reason), ""
@@ -410,6 +412,7 @@ class MqttConnection:
         self, client: Client, userdata: Any, mid: int, reason_codes: list[ReasonCode], properties: Properties | None
     ) -> None:
         self.qos.subscribed(client, mid, reason_codes)
+        self.subscriptions.answered(mid, reason_codes)
 
     def _on_publish(
         self, client: Client, userdata: Any, mid: int, reason: ReasonCode, properties: Properties | None

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -71,7 +72,7 @@ def test_publish_and_subscribe_roundtrip_at_qos1(
     assert watcher.payloads() == [b'{"n": 1}']
     assert wait_for(lambda: mid in acked)
 
-    time.sleep(0.1)  # the SUBSCRIBE sent on connect must have reached the broker
+    assert connection.wait_subscribed(5)
     mosquitto.publish("edge/box-1/cmd/reload", b"now", qos=1)
     assert inbox.wait_for(b"now")
     assert inbox.messages == [("edge/box-1/cmd/reload", b"now")]
@@ -118,7 +119,7 @@ def test_subscriptions_come_back_after_a_broker_restart(
     inbox = Inbox()
     assert connection.wait_connected(5)
     connection.subscribe("edge/box-1/cmd", 1, inbox)
-    time.sleep(0.1)
+    assert connection.wait_subscribed(5)
     mosquitto.publish("edge/box-1/cmd", b"before", qos=1)
     assert inbox.wait_for(b"before")
 
@@ -126,9 +127,52 @@ def test_subscriptions_come_back_after_a_broker_restart(
     assert wait_for(lambda: not connection.connected, 5)
     assert wait_for(lambda: connection.connected, 10), connection.last_error
     assert connection.reconnects == 1
-    time.sleep(0.2)
+    assert connection.wait_subscribed(5)
     mosquitto.publish("edge/box-1/cmd", b"after", qos=1)
     assert inbox.wait_for(b"after")
+
+
+SUBSCRIBE_ONLY_TO_BOX_1 = {
+    "defaultACLAccess": {
+        "publishClientSend": True,
+        "publishClientReceive": True,
+        "subscribe": False,
+        "unsubscribe": True,
+    },
+    "clients": [],
+    "groups": [{"groupname": "anonymous", "roles": [{"rolename": "box-1"}]}],
+    "roles": [{"rolename": "box-1", "acls": [{"acltype": "subscribePattern", "topic": "edge/box-1/#", "allow": True}]}],
+    "anonymousGroup": "anonymous",
+}
+
+
+@pytest.mark.parametrize("protocol", ["5", "3.1.1"])
+def test_a_subscription_the_broker_refuses_is_logged_with_its_topic_and_reason(
+    tmp_path: Path, connections: Callable[..., MqttConnection], protocol: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Mosquitto's acl_file grants every subscription and filters delivery; its dynamic security plugin
+    # answers a denied subscription with a refusal, as brokers with subscribe ACLs do.
+    security = tmp_path / "dynamic-security.json"
+    security.write_text(json.dumps(SUBSCRIBE_ONLY_TO_BOX_1))
+    library = next(Path("/usr/lib").glob("*/mosquitto_dynamic_security.so"))  # Debian's mosquitto package
+    plugin = [f"plugin {library}", f"plugin_opt_config_file {security}"]
+    with Mosquitto(tmp_path / "broker", listener_options=plugin) as broker:
+        connection = connections(broker, protocol=protocol)
+        inbox = Inbox()
+        connection.subscribe("edge/box-1/cmd", 1, inbox)
+        connection.subscribe("edge/box-2/cmd", 1, inbox)
+        assert connection.wait_subscribed(5)
+        assert list(connection.subscriptions.refused) == ["edge/box-2/cmd"]
+        said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        assert len(said) == 1 and "edge/box-2/cmd" in said[0] and "client box-1" in said[0], said
+        broker.publish("edge/box-1/cmd", b"allowed", qos=1)
+        assert inbox.wait_for(b"allowed")
+
+        broker.restart()  # subscribed again in the new session: refused again, but said only once
+        assert wait_for(lambda: not connection.connected, 5)
+        assert connection.wait_subscribed(10)
+        assert list(connection.subscriptions.refused) == ["edge/box-2/cmd"]
+        assert len([r for r in caplog.records if "refused" in r.getMessage()]) == 1
 
 
 @pytest.mark.parametrize("protocol", ["5", "3.1.1"])
@@ -137,8 +181,7 @@ def test_persistent_session_delivers_what_came_while_offline(mosquitto: Mosquitt
     first = MqttConnection(settings, "box-1")
     first.subscribe("edge/box-1/cmd", 1, Inbox())
     first.start()
-    assert first.wait_connected(5)
-    time.sleep(0.1)
+    assert first.wait_subscribed(5)
     first.stop()
 
     mosquitto.publish("edge/box-1/cmd", b"queued while offline", qos=1)
@@ -284,8 +327,7 @@ def test_a_companion_takes_a_shared_subscription_again_after_a_restart_and_keeps
         connection = MqttConnection(settings, "box-1", companion="fleet", window=4)
         connection.subscribe_requests("edge/fleet/infer/+", 1, take, share_group="g")
         connection.start()
-        assert connection.wait_connected(5) and connection.client_id == "box-1-fleet"
-        time.sleep(0.1)
+        assert connection.wait_subscribed(5) and connection.client_id == "box-1-fleet"
         return connection
 
     first = companion()
@@ -294,7 +336,7 @@ def test_a_companion_takes_a_shared_subscription_again_after_a_restart_and_keeps
         assert wait_for(lambda: received == [("edge/fleet/infer/m", b"before")], 5), received
         mosquitto.restart()
         assert wait_for(lambda: not first.connected, 5) and wait_for(lambda: first.connected, 10)
-        time.sleep(0.2)
+        assert first.wait_subscribed(5)
         mosquitto.publish("edge/fleet/infer/m", b"after", qos=1)
         assert wait_for(lambda: ("edge/fleet/infer/m", b"after") in received, 5), received
     finally:

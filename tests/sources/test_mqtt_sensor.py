@@ -177,7 +177,7 @@ def test_end_to_end_through_mosquitto(mosquitto: Mosquitto) -> None:
     source = make_source(config, "accel", SourceContext(subscribe=subscriber.subscribe))
     source.start()
     subscriber.start()
-    assert subscriber.wait_connected(10)
+    assert subscriber.wait_subscribed(10)
     publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="sources-test-publisher")
     publisher.connect("127.0.0.1", mosquitto.port)
     publisher.loop_start()
