@@ -99,3 +99,11 @@ class Source(ABC):
     @abstractmethod
     def close(self) -> None:
         """Stop capturing and release the device or connection."""
+
+    def outage(self) -> str | None:
+        """While a live input is unavailable: for how long, why, and when the next try comes; else None."""
+        return None
+
+    def progress(self) -> str | None:
+        """For an input that ends (a video file played once): how far it is, and about how long is left."""
+        return None

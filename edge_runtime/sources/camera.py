@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -28,7 +29,7 @@ from edge_runtime.errors import ConfigError
 from edge_runtime.sources.base import SourceContext
 from edge_runtime.sources.configs import CameraSourceConfig, FileSourceConfig, StreamSourceConfig, V4l2SourceConfig
 from edge_runtime.sources.frames import FrameSource
-from edge_runtime.sources.reconnect import ConnectionMonitor, mask_url
+from edge_runtime.sources.reconnect import ConnectionMonitor, mask_url, spoken_duration
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +80,13 @@ class CameraSource(FrameSource):
         self._read_started: float | None = None
         self._stall_reported = False
         self._file_fps = _DEFAULT_FILE_FPS
+        self._file_frames = 0  # as the container says; 0 when it does not
+        self._frames_played = 0
+        self._play_started = 0.0
 
     def _prepare(self) -> None:
         if isinstance(self.config, FileSourceConfig):
-            self._file_fps = _probe_file(self.config.path)
+            self._file_fps, self._file_frames = _probe_file(self.config.path)
 
     def _capture(self) -> None:
         try:
@@ -97,6 +101,19 @@ class CameraSource(FrameSource):
         super().close()
         self._monitor.closed()
 
+    def outage(self) -> str | None:
+        return self._monitor.outage()
+
+    def progress(self) -> str | None:
+        if not isinstance(self.config, FileSourceConfig) or self.config.loop or not self._file_frames:
+            return None
+        played, total = min(self._frames_played, self._file_frames), self._file_frames
+        said = f"frame {played} of {total} ({100 * played // total} %)"
+        elapsed = time.monotonic() - self._play_started
+        if played and elapsed > 0:
+            said += f", about {spoken_duration((total - played) * elapsed / played)} left"
+        return said
+
     # live inputs
 
     def _capture_live(self) -> None:
@@ -106,8 +123,9 @@ class CameraSource(FrameSource):
             capture = self._open_live()
             if not capture.isOpened():
                 capture.release()
-                self._monitor.lost("the input cannot be opened")
-                self._wait(backoff.next_delay())
+                delay = backoff.next_delay()
+                self._monitor.lost(f"the input cannot be opened: {_why_not_opened(self.config)}", delay)
+                self._wait(delay)
                 continue
             try:
                 reason = self._pump_live(capture, backoff)
@@ -115,8 +133,9 @@ class CameraSource(FrameSource):
                 capture.release()
             if reason is None:
                 return
-            self._monitor.lost(reason)
-            self._wait(backoff.next_delay())
+            delay = backoff.next_delay()
+            self._monitor.lost(reason, delay)
+            self._wait(delay)
 
     def _open_live(self) -> cv2.VideoCapture:
         config = self.config
@@ -176,7 +195,7 @@ class CameraSource(FrameSource):
     def _play_file(self, config: FileSourceConfig) -> None:
         frame_period = 1.0 / self._file_fps
         frames_played = 0
-        started = time.monotonic()
+        started = self._play_started = time.monotonic()
         self._monitor.connected()
         while not self.stopping:
             capture = open_with_ffmpeg(str(config.path), "", [])
@@ -189,7 +208,7 @@ class CameraSource(FrameSource):
                     if not capture.grab():
                         break
                     captured_at = time.time()
-                    frames_played += 1
+                    frames_played = self._frames_played = frames_played + 1
                     if self._admit(frame_time):
                         decoded, image = capture.retrieve()
                         if decoded and image is not None:
@@ -211,8 +230,46 @@ def _describe(config: CameraSourceConfig) -> str:
     raise ConfigError(f"camera sources do not handle type {getattr(config, 'type', '?')!r}")
 
 
-def _probe_file(path: Path) -> float:
-    """The file's frame rate; a missing or undecodable file is a configuration error, not an outage."""
+def _why_not_opened(config: CameraSourceConfig) -> str:
+    """One line of our own in place of FFmpeg's and V4L2's native messages, which are silenced.
+
+    For a network stream, a TCP connection to its host tells an unreachable camera from one that
+    answers but would not stream (a wrong path, credentials or codec).
+    """
+    if isinstance(config, V4l2SourceConfig):
+        device = Path(_describe(config))
+        if not device.exists():
+            return f"{device} does not exist (is the camera plugged in?)"
+        if not os.access(device, os.R_OK | os.W_OK):
+            return f"no permission to open {device} (add the service's user to the video group)"
+        return f"{device} exists but would not open (busy in another program, or not a capture device)"
+    if not isinstance(config, StreamSourceConfig):
+        return "unknown reason"
+    parts = urlsplit(config.url)
+    default_ports = {"rtsp": 554, "rtsps": 322, "http": 80, "https": 443, "rtmp": 1935}
+    try:
+        port = parts.port or default_ports.get(parts.scheme.lower())
+    except ValueError:
+        return f"the URL's port is not a number: {mask_url(config.url)}"
+    if parts.hostname is None or port is None:
+        return "FFmpeg could not open the URL"
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=min(5.0, config.stall_timeout_s)):
+            pass
+    except socket.gaierror as error:
+        return f"host {parts.hostname} cannot be resolved ({error.strerror})"
+    except TimeoutError:
+        return f"{parts.hostname}:{port} does not answer (timed out)"
+    except ConnectionRefusedError:
+        return f"{parts.hostname}:{port} refused the connection (nothing listens there)"
+    except OSError as error:
+        return f"{parts.hostname}:{port} cannot be reached: {error.strerror or error}"
+    return f"{parts.hostname}:{port} answers, but no stream came: check the path, the credentials and the codec"
+
+
+def _probe_file(path: Path) -> tuple[float, int]:
+    """The file's frame rate and frame count (0 if unknown); a missing or undecodable file is a
+    configuration error, not an outage."""
     if not path.is_file():
         raise ConfigError(f"video file {path} does not exist")
     capture = open_with_ffmpeg(str(path), "", [])
@@ -220,12 +277,13 @@ def _probe_file(path: Path) -> float:
         if not capture.isOpened() or not capture.grab():
             raise ConfigError(f"video file {path} cannot be decoded by OpenCV's FFmpeg backend")
         fps = float(capture.get(cv2.CAP_PROP_FPS))
+        frames = max(0, int(capture.get(cv2.CAP_PROP_FRAME_COUNT)))
     finally:
         capture.release()
     if not 0 < fps <= 1000:
         log.info("video file %s does not say its frame rate; assuming %.0f fps", path, _DEFAULT_FILE_FPS)
-        return _DEFAULT_FILE_FPS
-    return fps
+        return _DEFAULT_FILE_FPS, frames
+    return fps, frames
 
 
 def _apply_v4l2_settings(capture: cv2.VideoCapture, config: V4l2SourceConfig, name: str) -> None:

@@ -78,6 +78,10 @@ class SerialSensor(SensorSource):
         self._monitor = ConnectionMonitor(self.stats, self.name, self.config.port)
         self._start_thread(self._run)
 
+    def outage(self) -> str | None:
+        monitor: ConnectionMonitor | None = getattr(self, "_monitor", None)
+        return None if monitor is None else monitor.outage()
+
     def _run(self) -> None:
         serial = self._serial
         reconnect = self.config.reconnect
@@ -86,16 +90,18 @@ class SerialSensor(SensorSource):
             try:
                 port = serial.Serial(self.config.port, self.config.baudrate, timeout=_READ_TIMEOUT_S)
             except (serial.SerialException, OSError) as error:
-                self._monitor.lost(f"cannot open the port: {error}")
-                self._wait(backoff.next_delay())
+                delay = backoff.next_delay()
+                self._monitor.lost(f"cannot open the port: {error}", delay)
+                self._wait(delay)
                 continue
             try:
                 self._monitor.connected()
                 backoff.reset()
                 self._read_lines(port)
             except (serial.SerialException, OSError) as error:
-                self._monitor.lost(f"the port failed: {error}")
-                self._wait(backoff.next_delay())
+                delay = backoff.next_delay()
+                self._monitor.lost(f"the port failed: {error}", delay)
+                self._wait(delay)
             finally:
                 port.close()
         self._monitor.closed()

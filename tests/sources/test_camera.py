@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from broker import free_port
 from rtsp_relay import RtspRelay
 from source_media import FRAMES, StreamServer, read_all
 
@@ -229,7 +230,30 @@ def test_rtsp_transport_udp_is_what_the_client_asks_for(rtsp_relay: RtspRelay) -
     finally:
         source.close()
     assert "TCP" not in rtsp_relay.setups[0]
-    assert source.stats.last_error == "the input cannot be opened" and source.stats.reconnects == 0
+    assert source.stats.last_error == (
+        f"the input cannot be opened: 127.0.0.1:{rtsp_relay.port} answers, but no stream came: "
+        "check the path, the credentials and the codec"
+    )
+    assert source.stats.reconnects == 0
+
+
+def test_a_stream_nobody_listens_for_says_so_and_keeps_saying_when_it_retries(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.INFO, logger="edge_runtime.sources")
+    port = free_port()
+    source = stream_source(f"rtsp://127.0.0.1:{port}/cam")
+    source.start()
+    try:
+        assert wait_until(lambda: source.stats.outages == 1, 10.0), source.stats
+        said = f"the input cannot be opened: 127.0.0.1:{port} refused the connection (nothing listens there)"
+        assert source.stats.last_error == said
+        outage = source.outage()
+        assert outage is not None and outage.startswith("unavailable for ") and said in outage
+    finally:
+        source.close()
+    [warning] = outage_warnings(caplog, "source gate")
+    assert warning.endswith(tuple(f"; next try in {tenths / 10:.1f} s" for tenths in range(1, 4)))
 
 
 def test_http_stream_reconnects_after_the_server_goes_away(
@@ -268,8 +292,9 @@ def test_missing_v4l2_device_is_an_outage_retried_until_closed(caplog: pytest.Lo
     assert time.monotonic() - started < 5
     assert source.stats.outages == 1 and source.stats.reconnects == 0
     assert not source.stats.connected
-    assert source.stats.last_error == "the input cannot be opened"
-    assert "source usb (/dev/video-missing-camera): the input cannot be opened" in caplog.text
+    said = "the input cannot be opened: /dev/video-missing-camera does not exist (is the camera plugged in?)"
+    assert source.stats.last_error == said
+    assert f"source usb (/dev/video-missing-camera): {said}" in caplog.text
 
 
 def test_ffmpeg_options_per_protocol() -> None:
