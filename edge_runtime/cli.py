@@ -14,6 +14,7 @@ from pathlib import Path
 
 from edge_runtime import __version__
 from edge_runtime.backends import BACKENDS
+from edge_runtime.commands.log_output import configure_logging
 from edge_runtime.errors import EdgeRuntimeError
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
@@ -22,7 +23,11 @@ PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="edge-runtime", description="Edge inference runtime")
     parser.add_argument("--version", action="version", version=f"edge-runtime {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what the runtime decides and why")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0,
+        help="log what the runtime decides and why (-vv: debug, with OpenCV's and FFmpeg's own messages)",
+    )  # fmt: skip
+    parser.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     probe = commands.add_parser("probe", help="show the hardware, backends and profile of this box")
@@ -140,12 +145,18 @@ def _add_box_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def log_level(verbose: int, quiet: bool, command: str) -> int:
+    """`run` is a service and says what it does (INFO); the other commands speak only when asked."""
+    if verbose >= 2:
+        return logging.DEBUG
+    if quiet:
+        return logging.WARNING
+    return logging.INFO if verbose or command == "run" else logging.WARNING
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(log_level(args.verbose, args.quiet, args.command))
     try:
         if args.command == "probe":
             from edge_runtime.commands.probe import run_probe

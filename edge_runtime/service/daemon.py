@@ -56,7 +56,8 @@ EXIT_UNDELIVERED = 3  # --exit-when-done: the sources ended, but results stay in
 def run_daemon(args: argparse.Namespace) -> int:
     faulthandler.enable(all_threads=True)  # a watchdog abort then leaves every thread's stack in the journal
     config = load_config(args.config)
-    logging.getLogger().setLevel(config.log_level.upper())
+    if not (args.verbose or args.quiet):  # -v, -vv and -q on the command line win over the config's log_level
+        logging.getLogger().setLevel(config.log_level.upper())
     box = look_at_box(args.root, args.profiles, isolated=True)
     exit_when_done = args.drain_timeout if args.exit_when_done else None
     return Daemon(config, args.config, box, exit_when_done=exit_when_done).run()
@@ -76,7 +77,7 @@ class Daemon:
         self.pipelines: dict[str, Pipeline] = {}
         self._stop = threading.Event()
         self._reload = threading.Event()
-        self._meter = RateMeter()
+        self._meter = RateMeter(window_s=config.stats.interval_s)
         self._started = time.monotonic()
         self._stop_metrics: Callable[[], None] | None = None
         config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -178,7 +179,13 @@ class Daemon:
 
     def _install_signal_handlers(self) -> None:
         def stop(signum: int, _frame: FrameType | None) -> None:
-            log.info("received %s, stopping", signal.Signals(signum).name)
+            if self._stop.is_set():  # a terminal's Ctrl-C pressed again, or a supervisor repeating itself
+                log.info(
+                    "received %s again; still stopping (pipelines finish, the spool is kept)",
+                    signal.Signals(signum).name,
+                )
+            else:
+                log.info("received %s, stopping", signal.Signals(signum).name)
             self._stop.set()
 
         def reload(_signum: int, _frame: FrameType | None) -> None:
@@ -209,9 +216,14 @@ class Daemon:
     def _start_pipeline(self, pipeline_config: PipelineConfig) -> None:
         name = pipeline_config.name
         self.notifier.extend_timeout(120)  # a first NPU or GPU compile can take minutes
+        log.info(
+            "pipeline %s: loading %s (a first compile for a device can take minutes)", name, pipeline_config.model.path
+        )
+        loading_started = time.monotonic()
         model = self.model_pool.acquire(
             name, pipeline_config.model, self.config_path, unpaced=pipeline_config.source.unpaced
         )
+        loaded_in = time.monotonic() - loading_started
         pipeline = build_pipeline(
             pipeline_config,
             model,
@@ -227,7 +239,7 @@ class Daemon:
         runs_on = model.backend.runs_on
         hint = f", {runs_on.details['hint']} hint" if "hint" in runs_on.details else ""
         log.info(
-            "pipeline %s: %s on %s %s (%s, %s%s), variant %s",
+            "pipeline %s: %s on %s %s (%s, %s%s), variant %s, ready in %.1f s",
             name,
             pipeline.source.name,
             runs_on.backend,
@@ -236,6 +248,7 @@ class Daemon:
             runs_on.precision,
             hint,
             model.variant_id,
+            loaded_in,
         )
 
     def _stop_pipeline(self, name: str, timeout: float) -> None:
@@ -304,15 +317,22 @@ class Daemon:
         report = self.report()
         self.publisher.publish(self.topics.stats, json.dumps(report).encode(), qos=0)
         for name, figures in report["pipelines"].items():
+            pipeline = self.pipelines.get(name)
+            outage = pipeline.source.outage() if pipeline is not None else None
+            if outage is not None:
+                log.info("stats %s: source %s; %d results so far", name, outage, figures["results"])
+                continue
+            progress = pipeline.source.progress() if pipeline is not None else None
             infer = figures["latency_ms"].get("infer", {})
             log.info(
-                "stats %s: %.1f fps in, %.1f out, %d dropped, infer p50 %s ms, spool %d",
+                "stats %s: %.1f fps in, %.1f out, %d dropped, infer p50 %s ms, spool %d%s",
                 name,
                 figures["fps_in"],
                 figures["fps_out"],
                 figures["dropped"],
                 infer.get("p50", "-"),
                 report["mqtt"]["spool_depth"],
+                "" if progress is None else f"; {progress}",
             )
 
     def _deliver_before_exit(self, timeout: float) -> int:

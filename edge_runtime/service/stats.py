@@ -21,6 +21,7 @@ _WINDOW = 2048
 @dataclass
 class PipelineStats:
     name: str
+    started: float = field(default_factory=time.monotonic)
     results: int = 0  # inferences decoded
     published: int = 0  # result messages handed to the publisher
     filtered: int = 0  # results not published: unchanged, or below the score threshold
@@ -57,26 +58,39 @@ class PipelineStats:
 
 
 class RateMeter:
-    """Turns growing counters into per-second rates between successive calls."""
+    """Per-second rates of growing counters over a trailing window, however often and by whom asked.
 
-    def __init__(self) -> None:
-        self._last: dict[str, tuple[float, int]] = {}
+    The stats topic and a Prometheus scrape both read rates; measured "since the last call", each
+    would shorten the other's interval. Each counter keeps the samples of the last `window_s` (and
+    one before), starting from zero at the moment its pipeline started, so the very first report
+    already gives the rate since the start instead of 0.
+    """
 
-    def rate(self, key: str, count: int) -> float:
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._samples: dict[tuple[str, float], deque[tuple[float, int]]] = {}
+
+    def rate(self, key: str, count: int, since: float) -> float:
+        """The rate of `count` (a counter that was 0 at monotonic time `since`) over the window."""
         now = time.monotonic()
-        previous = self._last.get(key)
-        self._last[key] = (now, count)
-        if previous is None or now <= previous[0]:
-            return 0.0
-        return round((count - previous[1]) / (now - previous[0]), 2)
+        samples = self._samples.get((key, since))
+        if samples is None:  # a new counter, or one restarted with its pipeline: forget the old one
+            for stale in [known for known in self._samples if known[0] == key]:
+                del self._samples[stale]
+            samples = self._samples[(key, since)] = deque([(since, 0)])
+        samples.append((now, count))
+        while len(samples) > 2 and samples[1][0] <= now - self.window_s:
+            samples.popleft()
+        first_at, first_count = samples[0]
+        return round((count - first_count) / (now - first_at), 2) if now > first_at else 0.0
 
 
 def snapshot_dict(stats: PipelineStats, meter: RateMeter, frames_in: int, dropped: int) -> dict[str, Any]:
     with stats.lock:
         results, published, filtered, errors = stats.results, stats.published, stats.filtered, stats.errors
     return {
-        "fps_in": meter.rate(f"{stats.name}.in", frames_in),
-        "fps_out": meter.rate(f"{stats.name}.out", results),
+        "fps_in": meter.rate(f"{stats.name}.in", frames_in, stats.started),
+        "fps_out": meter.rate(f"{stats.name}.out", results, stats.started),
         "frames_in": frames_in,
         "dropped": dropped,
         "results": results,

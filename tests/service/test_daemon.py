@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sqlite3
 import time
@@ -306,3 +307,35 @@ def test_a_daemon_that_only_serves_answers_images_and_reports_its_queues(
 
 def _names_pipeline(message: Received, name: str) -> bool:
     return message.topic == "edge/test-box/stats" and name in json.loads(message.payload)["pipelines"]
+
+
+def test_the_log_says_how_far_a_file_is_and_keeps_saying_a_camera_is_away(
+    mosquitto: Mosquitto,
+    clip: Callable[[int], Path],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., DaemonProcess],
+) -> None:
+    port = free_port()  # nothing listens there
+    camera = face_pipeline(clip(10), name="gate", source={"type": "stream", "url": f"rtsp://127.0.0.1:{port}/cam"})
+    file = face_pipeline(clip(120), source={"type": "file", "path": str(clip(120)), "realtime": True})
+    daemon = run_daemon(write_config(mosquitto, [file, camera], stats={"interval_s": 1}))
+    away = re.compile(
+        rf"INFO edge_runtime: stats gate: source unavailable for \d+\.\d s \(the input cannot be opened: "
+        rf"127\.0\.0\.1:{port} refused the connection \(nothing listens there\)\)(; next try in \d+\.\d s)?; 0 results"
+    )
+    assert wait_for(lambda: len(away.findall(daemon.log)) >= 2, 60), daemon.log
+    progress = re.compile(
+        r"stats faces: (\d+\.\d) fps in, .*; frame (\d+) of 120 \((\d+) %\), about (\d+\.\d s|\d+ s) left"
+    )
+    assert wait_for(lambda: progress.search(daemon.log) is not None, 30), daemon.log
+    first = progress.search(daemon.log)
+    assert first is not None and float(first.group(1)) > 0  # a rate from the first report on
+    daemon.signal(signal.SIGINT)
+    assert daemon.wait(30) == 0, daemon.log
+    log = daemon.log
+    assert log.count("received SIGINT, stopping") == 1
+    stamped = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (INFO|WARNING|ERROR) ")
+    lines = log.splitlines()
+    assert lines and all(stamped.match(line) for line in lines), "not a line of ours: " + next(
+        (line for line in lines if not stamped.match(line)), ""
+    )  # FFmpeg's and OpenCV's own messages about the refused camera are silenced
