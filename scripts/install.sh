@@ -25,6 +25,7 @@ source_path=$REPO
 extras=all
 python=python3
 config_example=$REPO/config/config.example.yaml
+samples=$REPO/samples
 dry_run=0
 venv_options=()
 pip_options=()
@@ -146,6 +147,16 @@ install_venv() {
         "${pip_options[@]}" "$source_path"
 }
 
+# The bundled sample model and clip, which the example config runs until it names the box's own cameras
+# and models; their licences go with them.
+install_samples() {
+    local share=$destdir$PREFIX/share/samples
+    [ -d "$samples/models" ] || { echo "No samples at $samples: the example config will need its own model"; return; }
+    run install -d -m 0755 "$share/models" "$share/videos" "$destdir$PREFIX/models"
+    run cp -r --no-preserve=ownership "$samples/models/face_detection_short_range" "$share/models/"
+    run install -m 0644 "$samples/videos/astronaut.mp4" "$samples/LICENSES.md" "$share/videos/"
+}
+
 install_config() {
     local etc=$destdir$CONFIG_DIR
     run install -d -m 0755 "$etc"
@@ -154,7 +165,8 @@ install_config() {
     if [ -e "$etc/config.yaml" ]; then
         echo "Keeping the existing $etc/config.yaml"
     else
-        run install -m 0644 "$config_example" "$etc/config.yaml"
+        # The example names the samples relative to the source tree; on the box they live under $PREFIX.
+        sed "s#\.\./samples/#$PREFIX/share/samples/#g" "$config_example" | write_file "$etc/config.yaml" 0644
     fi
     if [ -f "$REPO/docs/service.md" ]; then
         run install -D -m 0644 "$REPO/docs/service.md" "$destdir$PREFIX/share/doc/service.md"
@@ -198,7 +210,9 @@ next_steps() {
 
 edge-runtime $([ "$dry_run" = 1 ] && echo "would be installed (dry run: nothing was changed)" || echo "is installed").
 Next steps:
-  1. Describe cameras, sensors, models and the broker in $CONFIG_DIR/config.yaml
+  1. Describe cameras, sensors, models and the broker in $CONFIG_DIR/config.yaml (it runs the bundled
+     sample until then); put model packages in $PREFIX/models; check with
+       $PREFIX/venv/bin/edge-runtime check-config $CONFIG_DIR/config.yaml
   2. Secrets, if the broker needs them (root-only files, read by systemd, never by the config):
        (umask 077; printf %s 'the password' >$CONFIG_DIR/credentials/mqtt-password)
        install -m 0600 client.crt $CONFIG_DIR/credentials/mqtt-client.crt
@@ -215,6 +229,7 @@ main() {
     check_inputs
     [ "$dry_run" = 1 ] && echo "Dry run: printing the actions, changing nothing"
     install_venv
+    install_samples
     install_config
     install_unit
     reload_systemd

@@ -71,8 +71,11 @@ def test_dry_run_prints_every_action_and_changes_nothing(tmp_path: Path) -> None
     assert [c[-1] for c in pip] == [f"{REPO}[openvino,litert]", str(REPO)]
     assert "--force-reinstall" in pip[1] and "--no-deps" in pip[1]
     assert ["install", "-d", "-m", "0700", f"{root}/etc/edge-runtime/credentials"] in commands
-    example = f"{REPO}/config/config.example.yaml"
-    assert ["install", "-m", "0644", example, f"{root}/etc/edge-runtime/config.yaml"] in commands
+    assert f"write {root}/etc/edge-runtime/config.yaml (mode 0644):" in result.stdout
+    assert "    path: /opt/edge-runtime/share/samples/videos/astronaut.mp4" in result.stdout
+    samples = f"{root}/opt/edge-runtime/share/samples"
+    assert ["install", "-m", "0644", f"{REPO}/samples/videos/astronaut.mp4", f"{REPO}/samples/LICENSES.md",
+            f"{samples}/videos/"] in commands  # fmt: skip
     unit = f"{root}/etc/systemd/system/edge-runtime.service"
     assert ["install", "-D", "-m", "0644", f"{REPO}/systemd/edge-runtime.service", unit] in commands
     assert f"write {unit}.d/10-device-groups.conf" in result.stdout
@@ -152,7 +155,23 @@ def test_install_below_destdir_and_reinstall(tmp_path: Path, wheel: Path) -> Non
     etc = tmp_path / "etc/edge-runtime"
     assert stat.S_IMODE((etc / "credentials").stat().st_mode) == 0o700
     assert stat.S_IMODE((etc / "config.yaml").stat().st_mode) == 0o644
-    assert (etc / "config.yaml").read_bytes() == (REPO / "config/config.example.yaml").read_bytes()
+    example = (REPO / "config/config.example.yaml").read_text()
+    installed = (etc / "config.yaml").read_text()
+    assert installed == example.replace("../samples/", "/opt/edge-runtime/share/samples/")
+    # The installed config runs as it is: what it names is installed, and check-config passes it.
+    samples = tmp_path / "opt/edge-runtime/share/samples"
+    assert (samples / "models/face_detection_short_range/model.yaml").is_file()
+    assert (samples / "videos/astronaut.mp4").is_file() and (samples / "videos/LICENSES.md").is_file()
+    staged = tmp_path / "staged-config.yaml"
+    staged.write_text(installed.replace("/opt/edge-runtime/", f"{tmp_path}/opt/edge-runtime/"))
+    check = subprocess.run(
+        [sys.executable, "-m", "edge_runtime", "check-config", str(staged)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "EDGE_DEVICE_ID": "box-1"},
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
     units = tmp_path / "etc/systemd/system"
     assert (units / "edge-runtime.service").read_bytes() == (REPO / "systemd/edge-runtime.service").read_bytes()
     drop_in = (units / "edge-runtime.service.d/10-device-groups.conf").read_text()

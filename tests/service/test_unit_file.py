@@ -67,6 +67,8 @@ def test_unit_is_a_watched_notify_service_started_from_the_installed_venv() -> N
     settings = service_settings()
     assert settings["Type"] == ["notify"] and settings["NotifyAccess"] == ["main"]
     assert settings["WatchdogSec"] == ["30"] and settings["Restart"] == ["on-failure"]
+    # run exits 2 on a config it refuses (tests/service/test_daemon.py): retrying cannot fix that
+    assert settings["RestartPreventExitStatus"] == ["2"]
     assert settings["ExecStart"] == [f"{INSTALLED_BINARY} run --config /etc/edge-runtime/config.yaml"]
     assert settings["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
     nofile = int(settings["LimitNOFILE"][0])
