@@ -85,8 +85,22 @@ def _add_signing_commands(commands: argparse._SubParsersAction[argparse.Argument
     new.add_argument("name", help="the key's name, e.g. ops-2026")
     new.add_argument("--dir", type=Path, default=Path(), help="where to write the two files (default: here)")
 
-    package = commands.add_parser("package", help="sign, verify or pack a model package")
+    package = commands.add_parser("package", help="make, sign, verify or pack a model package")
     package_commands = package.add_subparsers(dest="package_command", required=True, metavar="PACKAGE_COMMAND")
+    make = package_commands.add_parser(
+        "make",
+        help="package an exported model as it is (ONNX, OpenVINO IR, TFLite; Ultralytics' read from its metadata)",
+    )
+    make.add_argument("model", type=Path, help="the model file: .onnx, .xml (with its .bin) or .tflite")
+    make.add_argument("-o", "--output", type=Path, required=True, help="the package folder to write (new or empty)")
+    make.add_argument("--name", help="the package's name (default: the file's name)")
+    make.add_argument("--version", default="1", help="the package's version (default: 1)")
+    make.add_argument(
+        "--task", help="classification, detection, keypoints, segmentation, ... (default: the metadata's)"
+    )
+    make.add_argument("--labels", help="labels file (one per line) or a comma-separated list (default: the metadata's)")
+    make.add_argument("--decoder", help="output decoder, e.g. yolo, classification (default: the metadata's)")
+    make.add_argument("--decoder-params", help="decoder parameters as a JSON object")
     sign = package_commands.add_parser("sign", help="write signature.json into a package")
     sign.add_argument("package", type=Path, help="model package directory")
     sign.add_argument("--key", type=Path, required=True, help="private key file (from `keys new`)")

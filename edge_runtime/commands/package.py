@@ -1,4 +1,8 @@
-"""`edge-runtime package sign|verify|pack`: sign a model package, check it as a box would, ship it as one file.
+"""`edge-runtime package make|sign|verify|pack`: make a package from an exported model, sign it, check it
+as a box would, ship it as one file.
+
+`make` reads the model's tensors by loading it on this box, with the backend the box would run it on,
+so a package that is made here also loads here.
 
 `verify` runs the same checks a box runs before loading, so a release can be tried before it is sent;
 it exits with status 2 and the reason when the package would be refused.
@@ -26,6 +30,8 @@ __all__ = ["describe", "run_package"]
 
 
 def run_package(args: argparse.Namespace) -> int:
+    if args.package_command == "make":
+        return _make(args)
     if args.package_command == "sign":
         expires = datetime.now(timezone.utc) + args.expires_in
         path = sign_package(args.package, args.key, args.release, expires)
@@ -46,6 +52,55 @@ def run_package(args: argparse.Namespace) -> int:
         signed = verify_package(args.package, trusted, installed_release=args.installed_release)
     print(describe(args.package, signed))
     return 0
+
+
+def _make(args: argparse.Namespace) -> int:
+    from edge_runtime.package.loader import open_package
+    from edge_runtime.package.maker import PackageRequest, make_package, parse_labels
+    from edge_runtime.placement.loading import load_selected, look_at_box, select_for
+
+    args.model = _model_file(args.model)
+    bare = open_package(args.model)
+    if not bare.bare_file:
+        raise EdgeRuntimeError(f"{args.model} is a package already; give the model file it was made from")
+    loaded, _ = load_selected(bare, select_for(bare, look_at_box(isolated=True)))
+    try:
+        inputs, outputs = list(loaded.inputs), list(loaded.outputs)
+    finally:
+        loaded.backend.close()
+    request = PackageRequest(
+        model=args.model,
+        out_dir=args.output,
+        name=args.name,
+        version=args.version,
+        task=args.task,
+        labels=parse_labels(args.labels),
+        decoder=args.decoder,
+        decoder_params=args.decoder_params,
+    )
+    manifest = make_package(request, inputs, outputs, warn=lambda message: print(f"warning: {message}"))
+    open_package(args.output)  # as a box will read it
+    [(variant_id, variant)] = manifest.variants.items()
+    decoder = manifest.decoder.name if manifest.decoder else "none: raw outputs"
+    print(
+        f"{args.output}: package {manifest.name} version {manifest.version}, task {manifest.task.value}, "
+        f"{len(manifest.labels)} labels, decoder {decoder}; variant {variant_id}, sha256 {variant.files[0].sha256}"
+    )
+    print(f"run it with `model: {{path: {args.output.resolve()}}}` in a pipeline")
+    return 0
+
+
+def _model_file(given: Path) -> Path:
+    """The model file itself; for a folder as Ultralytics' OpenVINO export writes it (`yolov8n_openvino_model/`,
+    one .xml with its .bin and metadata.yaml), the .xml in it."""
+    if not given.is_dir() or (given / MANIFEST_NAME).exists():
+        return given
+    found = sorted(given.glob("*.xml"))
+    if len(found) != 1:
+        raise EdgeRuntimeError(
+            f"{given} holds {len(found)} OpenVINO .xml files and no {MANIFEST_NAME}: name the model file"
+        )
+    return found[0]
 
 
 def _package_root(unpacked: Path) -> Path:
