@@ -8,7 +8,8 @@ Commands are signed with the operator's key (`--key`); a box takes them only if 
 holds the public half. Progress prints as each box moves on; the summary ends the run, and the exit
 status is 0 only if every box committed. A matching box whose retained status says it is offline
 would miss the release unnoticed, so `rollout` and `rollback` list such boxes and send nothing,
-exiting 1, unless `--skip-offline` says to go on without them.
+exiting 1, unless `--skip-offline` says to go on without them; `status` lists them after the boxes
+that answered, and exits 1 while any is offline.
 """
 
 from __future__ import annotations
@@ -37,7 +38,12 @@ def run_fleet(args: argparse.Namespace) -> int:
     )  # fmt: skip
     try:
         boxes = client.boxes(args.devices)
-        offline = client.offline(args.devices) if args.fleet_command != "status" else []
+        offline = client.offline(args.devices)
+        if args.fleet_command == "status":
+            if not boxes and not offline:
+                print(f"no box matching {args.devices!r} is known under {args.prefix}/", file=sys.stderr)
+                return 1
+            return _status(client, boxes, offline)
         if offline and not args.skip_offline:
             print(
                 f"{len(offline)} box(es) matching {args.devices!r} are offline: {', '.join(offline)}; nothing "
@@ -48,8 +54,6 @@ def run_fleet(args: argparse.Namespace) -> int:
         if not boxes:
             print(f"no box matching {args.devices!r} is online under {args.prefix}/", file=sys.stderr)
             return 1
-        if args.fleet_command == "status":
-            return _status(client, boxes)
         plan = _plan(args)
         rollout_id = new_rollout_id()
         waves = " then ".join(", ".join(wave) for wave in waves_of(boxes, plan))
@@ -75,9 +79,11 @@ def _plan(args: argparse.Namespace) -> RolloutPlan:
     return RolloutPlan("rollout start", arguments, **common)
 
 
-def _status(client: FleetClient, boxes: list[str]) -> int:
+def _status(client: FleetClient, boxes: list[str], offline: list[str]) -> int:
+    """One row per box: those online with what they answer, then those whose retained status says offline
+    (a box that died leaves that as its last will). 0 only if every box is online and answered."""
     rows = [("box", "broker", "models", "pipelines", "last rollout")]
-    failed = 0
+    failed = len(offline)
     for device in boxes:
         try:
             answer = client.command(device, "status", timeout=10)
@@ -95,6 +101,7 @@ def _status(client: FleetClient, boxes: list[str]) -> int:
         except Exception as error:  # a box that answers badly, or not at all, is shown, not fatal
             failed += 1
             rows.append((device, "-", "-", "-", f"no status: {error}"))
+    rows += [(device, "-", "-", "-", "offline") for device in offline]
     print(_columns(rows))
     return 1 if failed else 0
 

@@ -122,6 +122,10 @@ def test_offline_boxes_are_listed_and_nothing_is_sent_unless_skipped_then_a_wave
         assert refused.returncode == 1, refused.stdout + refused.stderr
         assert "1 box(es) matching 'box-*' are offline: box-z; nothing was sent" in refused.stderr
         assert "--skip-offline" in refused.stderr and "rollout fleet-" not in refused.stdout
+        status = fleet_command(fleet, "status")
+        assert status.returncode == 1, status.stdout + status.stderr  # not every box is there
+        assert [line.split()[0] for line in status.stdout.splitlines()[1:]] == [*BOXES, "box-z"]
+        assert status.stdout.splitlines()[-1].split() == ["box-z", "-", "-", "-", "offline"]
         result = fleet_command(
             fleet, "--devices", "box-*", "rollout", archive, "--url", url, "--timeout", "3", "--skip-offline"
         )
