@@ -93,6 +93,22 @@ def _add_config_commands(commands: Commands) -> None:
     )
     check.add_argument("file", type=Path, help="the YAML config file")
 
+    config = add_command(
+        commands,
+        "config",
+        "print config files to start from",
+        ["edge-runtime config example > config.yaml"],
+        {0: "written", 2: BAD_INPUT},
+    )
+    actions = config.add_subparsers(dest="config_command", required=True, metavar="CONFIG_COMMAND")
+    add_command(
+        actions,
+        "example",
+        "print a config file with every key at its default, each described in a comment",
+        ["edge-runtime config example > config.yaml", "edge-runtime check-config config.yaml"],
+        {0: "printed"},
+    )
+
 
 def _add_box_commands(commands: Commands) -> None:
     probe = add_command(
@@ -321,6 +337,11 @@ def _run(args: argparse.Namespace) -> int:
         from edge_runtime.commands.check_config import run_check_config
 
         return run_check_config(args)
+    if args.command == "config":
+        from edge_runtime.reference.example import config_example
+
+        print(config_example(), end="")
+        return 0
     if args.command == "probe":
         from edge_runtime.commands.probe import run_probe
 

@@ -21,7 +21,7 @@ def test_every_command_has_a_section(page: str) -> None:
     for parser in (build_parser(), build_convert_parser()):
         for names, _ in commands_of(parser):
             assert f"## `{' '.join(names)}`\n" in page
-    assert "## `edge-runtime fleet rollout`" in page
+    assert "## `edge-runtime fleet rollout`" in page and "## `edge-runtime config example`" in page
 
 
 def test_every_option_of_every_command_is_listed(page: str) -> None:
