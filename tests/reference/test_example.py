@@ -28,6 +28,15 @@ def example() -> str:
     return config_example()
 
 
+@pytest.fixture(autouse=True)
+def box_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The state and cache directories as systemd would give them: the example leaves both to the environment."""
+    environ = {"STATE_DIRECTORY": str(tmp_path / "state"), "CACHE_DIRECTORY": str(tmp_path / "cache")}
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    return environ
+
+
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "config.yaml"
     path.write_text(text, encoding="utf-8")
@@ -35,11 +44,11 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_only_the_model_path_needs_a_value_of_the_users(
-    example: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    example: str, tmp_path: Path, box_directories: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write(tmp_path, example)
     with pytest.raises(ConfigFileError) as error:
-        load_config(path, environ={})
+        load_config(path, environ=box_directories)
     [problem] = error.value.problems
     assert re.fullmatch(rf"{path}:\d+: pipelines\[0\]\.model\.path: pipeline 'entrance': model not found: .*", problem)
     assert problem.endswith(str(tmp_path / PLACEHOLDER_MODEL))
