@@ -21,7 +21,7 @@ PEERS_STAMP := $(PEERS_VENV)/.installed-stamp
 PEERS_PACKAGES := torch==2.14.1 torchvision==0.29.1 ultralytics==8.4.190 'onnx>=1.12,<2' 'onnxslim>=0.1.82' \
 	pytest pytest-timeout scikit-image
 
-.PHONY: demo test test-peers lint typecheck unit bench clean
+.PHONY: demo test test-peers lint typecheck unit bench reference clean
 
 $(BIN)/python:
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || ./scripts/ensure-system-packages.sh python3-venv
@@ -78,6 +78,11 @@ test-peers: SHELL := /bin/bash
 test-peers: $(PEERS_STAMP)
 	@mkdir -p $(TEST_REPORTS)
 	set -o pipefail; $(PEERS_BIN)/pytest tests/peers $(call PYTEST_REPORT,peers)
+
+# docs/reference/ (config keys, commands and options, MQTT topics) is generated from the code itself; a test fails
+# when the committed pages are not what the code gives now.
+reference: $(STAMP)
+	$(BIN)/python -m edge_runtime.reference docs/reference
 
 bench: $(STAMP)
 	$(BIN)/python bench/backend_overhead.py

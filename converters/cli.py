@@ -20,6 +20,7 @@ from converters.pipeline import ConvertOptions, convert
 from converters.pruning import SCOPES, PruneOptions
 from converters.report import ConversionReport, verdict
 from converters.variants import BUILDERS, DEFAULT_VARIANTS, TENSORFLOW_VARIANTS
+from edge_runtime.commands.help_text import HelpFormatter, epilog
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.package.manifest import DEFAULT_DROP_THRESHOLD
 
@@ -30,10 +31,22 @@ EXIT_BAD_INPUT = 2
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edge-convert",
-        description="Convert a model (.onnx, OpenVINO .xml, .tflite, Keras .keras, TensorFlow SavedModel folder, "
-        "PyTorch TorchScript, torch.export .pt2 or module:factory) "
-        "into a model package with fp32, fp16 and int8 variants, each checked against the original and measured; "
-        "writes model.yaml and report.md/json/png.",
+        description="Convert a trained model (.onnx, OpenVINO .xml, .tflite, Keras .keras, TensorFlow SavedModel "
+        "folder, PyTorch TorchScript, torch.export .pt2 or module:factory) into a model package of fp32, fp16 and "
+        "int8 variants, each checked against the original and measured; writes model.yaml and report.md/json/png.",
+        epilog=epilog(
+            [
+                "edge-convert model.onnx -o packages/mymodel --labels labels.txt --calibration calib/",
+                "edge-convert best.onnx -o packages/best   # an Ultralytics export: the rest from its metadata",
+            ],
+            {
+                0: "the package was written (the report flags variants not to ship)",
+                1: "no variant could be built; the report says why",
+                2: "bad input: the command line, or the model or data it names (one line on stderr says which)",
+                130: "interrupted",
+            },
+        ),
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "model", type=Path, help="the trained model file, a SavedModel folder, or a PyTorch package.module:factory"
@@ -41,15 +54,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--input-shape",
         type=_ints,
+        metavar="SHAPE",
         help="input shape of a PyTorch factory or TorchScript model, e.g. 1,3,224,224 (a .pt2 program records its own)",
     )
-    parser.add_argument("-o", "--output", type=Path, required=True, dest="out_dir", help="package folder to write")
+    parser.add_argument(
+        "-o", "--output", type=Path, required=True, dest="out_dir", metavar="DIR", help="package folder to write"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace the converter's files in a non-empty folder")
     parser.add_argument("--name", help="model name in the manifest (default: the file's name)")
     parser.add_argument("--task", help="classification, detection, segmentation, keypoints, regression, anomaly, raw")
-    parser.add_argument("--labels", help="labels file (one per line) or a comma-separated list")
-    parser.add_argument("--decoder", help="output decoder name, e.g. classification, ssd_anchors, yolo")
-    parser.add_argument("--decoder-params", help="decoder parameters as a JSON object")
+    parser.add_argument("--labels", metavar="FILE|LIST", help="labels file (one per line) or a comma-separated list")
+    parser.add_argument("--decoder", metavar="NAME", help="output decoder name, e.g. classification, ssd_anchors, yolo")
+    parser.add_argument("--decoder-params", metavar="JSON", help="decoder parameters as a JSON object")
     _input_arguments(parser.add_argument_group("input spec (how raw data becomes the input tensor)"))
     _data_arguments(parser.add_argument_group("calibration and quantization"))
     _pruning_arguments(parser.add_argument_group("pruning (Keras models, before conversion)"))
@@ -57,14 +73,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--variants",
         type=_comma_list,
         default=None,
+        metavar="IDS",
         help=f"comma-separated variants to build, of {','.join(BUILDERS)} (default: {','.join(DEFAULT_VARIANTS)}; "
         f"for Keras and SavedModel sources {','.join(TENSORFLOW_VARIANTS)})",
     )
     parser.add_argument(
-        "--drop-threshold", type=float, default=DEFAULT_DROP_THRESHOLD, help="flag variants losing more points"
+        "--drop-threshold",
+        type=float,
+        default=DEFAULT_DROP_THRESHOLD,
+        metavar="POINTS",
+        help="flag variants that lose more accuracy points than this against fp32 as not to ship",
     )
-    parser.add_argument("--bench-seconds", type=float, default=2.0, help="seconds per latency/throughput run; 0 skips")
-    parser.add_argument("--seed", type=int, default=0, help="seed for sample selection and benchmark inputs")
+    parser.add_argument(
+        "--bench-seconds",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds per latency/throughput run; 0 skips",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="seed for sample selection and benchmark inputs"
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only warnings and the result")
     _signing_arguments(parser.add_argument_group("signing (boxes that trust the key load only signed packages)"))
     return parser
@@ -74,31 +103,55 @@ def _signing_arguments(group: argparse._ArgumentGroup) -> None:
     from edge_runtime.commands.duration import parse_duration
 
     group.add_argument("--sign", type=Path, metavar="KEY", help="sign the package with this private key")
-    group.add_argument("--release", type=int, help="release number to sign; boxes refuse lower ones (needs --sign)")
     group.add_argument(
-        "--expires-in", type=parse_duration, default=parse_duration("90d"), help="signature lifetime (default 90d)"
+        "--release", type=int, metavar="N", help="release number to sign; boxes refuse lower ones (needs --sign)"
+    )
+    group.add_argument(
+        "--expires-in",
+        type=parse_duration,
+        default="90d",
+        metavar="DURATION",
+        help="signature lifetime, e.g. 90d, 12h, 2w",
     )
 
 
 def _input_arguments(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--input-spec", type=Path, help="YAML with the input spec fields (one mapping per input)")
-    group.add_argument("--layout", choices=["NHWC", "NCHW", "NC", "NTC", "NCT", "ANY"])
-    group.add_argument("--mean", type=_floats, help="per-channel mean, e.g. 127.5 or 123.7,116.3,103.5")
-    group.add_argument("--std", type=_floats, help="per-channel std, e.g. 127.5 or 58.4,57.1,57.4")
-    group.add_argument("--color-order", choices=["RGB", "BGR", "GRAY"])
-    group.add_argument("--resize", choices=["stretch", "letterbox", "crop"])
+    group.add_argument(
+        "--input-spec", type=Path, metavar="FILE", help="YAML with the input spec fields (one mapping per input)"
+    )
+    group.add_argument(
+        "--layout",
+        choices=["NHWC", "NCHW", "NC", "NTC", "NCT", "ANY"],
+        help="the input's layout: NHWC or NCHW for images, NC, NTC or NCT for sensor windows "
+        "(default: guessed from the input shape)",
+    )
+    group.add_argument(
+        "--mean", type=_floats, metavar="VALUES", help="per-channel mean, e.g. 127.5 or 123.7,116.3,103.5"
+    )
+    group.add_argument("--std", type=_floats, metavar="VALUES", help="per-channel std, e.g. 127.5 or 58.4,57.1,57.4")
+    group.add_argument("--color-order", choices=["RGB", "BGR", "GRAY"], help="channel order the model was trained on")
+    group.add_argument(
+        "--resize",
+        choices=["stretch", "letterbox", "crop"],
+        help="how frames are fitted to the input size: stretched, letterboxed (aspect kept, border padded) or "
+        "centre-cropped (default: stretch, or what an Ultralytics export was trained with)",
+    )
     group.add_argument(
         "--pad-value",
         type=_ints,
+        metavar="VALUES",
         help="letterbox border in 0-255 pixel values, one or one per channel, e.g. 114 (default 0: black)",
     )
 
 
 def _data_arguments(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--calibration", type=Path, help="image folder, .npy or .npz of preprocessed inputs")
+    group.add_argument(
+        "--calibration", type=Path, metavar="PATH", help="image folder, .npy or .npz of preprocessed inputs"
+    )
     group.add_argument(
         "--validation",
         type=Path,
+        metavar="PATH",
         help="ImageFolder tree (a folder per class), .npz with x and y, or the images of --annotations",
     )
     group.add_argument(
@@ -107,11 +160,35 @@ def _data_arguments(group: argparse._ArgumentGroup) -> None:
         metavar="FILE.json",
         help="COCO boxes for the --validation images (detection): reports mAP@0.5 and flags on its drop",
     )
-    group.add_argument("--subset-size", type=int, default=300, help="calibration samples to use (default 300)")
-    group.add_argument("--preset", choices=["performance", "mixed"], default="performance")
-    group.add_argument("--fast-bias-correction", action=argparse.BooleanOptionalAction, default=True)
+    group.add_argument("--subset-size", type=int, default=300, metavar="N", help="calibration samples to use")
+    group.add_argument(
+        "--preset",
+        choices=["performance", "mixed"],
+        default="performance",
+        help="NNCF's quantization preset: symmetric (performance) or asymmetric (mixed) activations",
+    )
+    group.add_argument(
+        "--fast-bias-correction",
+        action="store_const",
+        const=True,
+        default=True,
+        help="NNCF's fast bias correction after quantization (the default)",
+    )
+    group.add_argument(
+        "--no-fast-bias-correction",
+        action="store_const",
+        const=False,
+        dest="fast_bias_correction",
+        help="NNCF's full bias correction instead: slower, sometimes more accurate",
+    )
     group.add_argument("--ignored-scope", nargs="+", default=[], metavar="PATTERN", help="node-name regexes kept float")
-    group.add_argument("--max-drop", type=float, default=0.01, help="top-1 drop allowed by accuracy control (0.01)")
+    group.add_argument(
+        "--max-drop",
+        type=float,
+        default=0.01,
+        metavar="FRACTION",
+        help="top-1 drop allowed by accuracy control, as a fraction",
+    )
     group.add_argument(
         "--tflite-io", choices=["int8", "uint8"], default="int8", help="input/output type of full-integer TFLite"
     )
@@ -133,9 +210,13 @@ def _data_arguments(group: argparse._ArgumentGroup) -> None:
 def _pruning_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--prune", type=float, metavar="SHARE", help="zero this share of kernel weights, e.g. 0.5")
     group.add_argument("--prune-scope", choices=SCOPES, default="global", help="smallest weights overall or per layer")
-    group.add_argument("--train-data", type=Path, help=".npz with x and y (class indices) to fine-tune after pruning")
-    group.add_argument("--epochs", type=int, default=0, help="fine-tuning epochs (needs --train-data)")
-    group.add_argument("--learning-rate", type=float, default=1e-4, help="fine-tuning learning rate (Adam)")
+    group.add_argument(
+        "--train-data", type=Path, metavar="FILE", help=".npz with x and y (class indices) to fine-tune after pruning"
+    )
+    group.add_argument("--epochs", type=int, default=0, metavar="N", help="fine-tuning epochs (needs --train-data)")
+    group.add_argument(
+        "--learning-rate", type=float, default=1e-4, metavar="RATE", help="fine-tuning learning rate (Adam)"
+    )
 
 
 def _comma_list(value: str) -> tuple[str, ...]:

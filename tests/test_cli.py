@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import logging
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from edge_runtime.cli import build_parser
+from edge_runtime.commands.help_text import commands_of, shows_default
+from edge_runtime.service.daemon import EXIT_UNDELIVERED
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_BOXES = Path(__file__).parent / "fixtures" / "boxes"
@@ -115,3 +122,81 @@ def test_importing_the_package_and_cli_loads_no_backend_library() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def commands() -> list[tuple[str, argparse.ArgumentParser]]:
+    return [(" ".join(names), parser) for names, parser in commands_of(build_parser())]
+
+
+def full_help(parser: argparse.ArgumentParser, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The help on a terminal wide enough that no line wraps, with its spaces made single."""
+    monkeypatch.setenv("COLUMNS", "1000")
+    return " ".join(parser.format_help().split())
+
+
+def test_run_the_main_command_is_listed_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    [subcommands] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert next(iter(subcommands.choices)) == "run"
+    assert full_help(build_parser(), monkeypatch).index(" run run the daemon") < full_help(
+        build_parser(), monkeypatch
+    ).index(" probe ")
+
+
+@pytest.mark.parametrize(("name", "parser"), commands())
+def test_every_command_says_what_it_does_with_examples_and_exit_statuses(
+    name: str, parser: argparse.ArgumentParser
+) -> None:
+    assert parser.description and "\n" not in parser.description
+    assert parser.epilog is not None
+    examples, statuses = parser.epilog.split("\n\nexit status:\n")
+    assert examples.startswith("examples:\n  edge-runtime ")
+    assert re.match(r"  0   \S", statuses)
+    assert all(re.match(r"(  \d+ +|      )\S", line) for line in statuses.splitlines())
+
+
+@pytest.mark.parametrize(("name", "parser"), commands())
+def test_every_option_has_help_and_shows_its_default_once(
+    name: str, parser: argparse.ArgumentParser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = full_help(parser, monkeypatch)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            continue
+        assert action.help, (name, action.dest)
+        if shows_default(action):
+            assert "default" not in action.help, (name, action.dest)
+            assert f"(default: {action.default})" in text, (name, action.dest)
+
+
+def test_the_run_command_gives_its_real_exit_statuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    [run] = [parser for name, parser in commands() if name == "edge-runtime run"]
+    assert run.epilog is not None
+    statuses = [int(s) for s in re.findall(r"^  (\d+) ", run.epilog, re.MULTILINE)]
+    assert statuses == [0, 2, EXIT_UNDELIVERED]
+    assert "--config FILE the config file (default: /etc/edge-runtime/config.yaml)" in full_help(run, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    ("args", "level"),
+    [
+        (["probe"], None),
+        (["-v", "probe"], logging.INFO),
+        (["probe", "-v"], logging.INFO),
+        (["-q", "run"], logging.WARNING),
+        (["run", "--quiet"], logging.WARNING),
+        (["--verbose", "keys", "new", "ops"], logging.INFO),
+        (["keys", "new", "ops", "-v"], logging.INFO),
+        (["fleet", "--key", "ops.key", "-q", "status"], logging.WARNING),
+        (["fleet", "--key", "ops.key", "status", "-q"], logging.WARNING),
+        (["-v", "check-config", "config.yaml", "-q"], logging.WARNING),
+    ],
+)
+def test_verbose_and_quiet_are_taken_before_and_after_the_command(args: list[str], level: int | None) -> None:
+    assert build_parser().parse_args(args).log_level == level
+
+
+def test_verbose_and_quiet_together_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_status:
+        build_parser().parse_args(["probe", "-v", "-q"])
+    assert exit_status.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err

@@ -42,5 +42,12 @@ class RolloutSettings(StrictModel):
         description="longest a rollout's download may take in all, retries included; raise it for large "
         "packages over slow links (a server trickling bytes would otherwise hold the box in one rollout)",
     )
-    shadow: ShadowSettings = Field(default_factory=ShadowSettings)
-    probation: ProbationSettings = Field(default_factory=ProbationSettings)
+    shadow: ShadowSettings = Field(
+        default_factory=ShadowSettings,
+        description="the trial before a switch: the new release runs beside the old one on the same items",
+    )
+    probation: ProbationSettings = Field(
+        default_factory=ProbationSettings,
+        description="the watch after a switch: too many errors, too slow a pace or a stall in this time roll "
+        "back to the old release",
+    )

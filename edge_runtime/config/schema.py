@@ -87,15 +87,24 @@ class ModelConfig(StrictModel):
 
     path: Path = Field(
         description="model package directory (with model.yaml) or bare model file (.xml, .tflite, .onnx); "
-        "relative to the config file's directory"
+        "relative to the config file's directory",
+        examples=["models/face_detection"],
     )
     backend: BackendKey | None = Field(default=None, description="pin a backend: openvino, litert or onnxruntime")
     device: str | None = Field(default=None, min_length=1, description="pin a device, e.g. CPU, GPU, NPU, CUDA")
     precision: Precision | None = Field(default=None, description="run at this precision: fp32, fp16, bf16, int8")
     variant: str | None = Field(default=None, description="pin a package variant, e.g. openvino/int8")
     threads: int | None = Field(default=None, ge=1, description="inference threads; default: the profile's")
-    hint: Literal["latency", "throughput"] | None = Field(default=None, description="backend performance hint")
-    max_in_flight: int | None = Field(default=None, ge=1, description="inferences running at once")
+    hint: Literal["latency", "throughput"] | None = Field(
+        default=None,
+        description="the backend's performance hint; default: the profile's, else throughput for input ready at "
+        "once (a file not played in realtime, a folder, a replay without rate_hz) and latency for live sources",
+    )
+    max_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="inferences running at once; default: as many as the backend finds best for the device",
+    )
     fidelity_tolerance: float | None = Field(
         default=None,
         gt=0,
@@ -130,8 +139,16 @@ class PreprocessOverrides(StrictModel):
     color_order: Literal["RGB", "BGR", "GRAY"] | None = Field(
         default=None, description="channel order the model expects"
     )
-    mean: tuple[float, ...] | None = Field(default=None, min_length=1, description="subtracted per channel")
-    std: tuple[float, ...] | None = Field(default=None, min_length=1, description="divided per channel")
+    mean: tuple[float, ...] | None = Field(
+        default=None,
+        min_length=1,
+        description="subtracted from each channel's 0-255 pixel values, one value or one per channel",
+    )
+    std: tuple[float, ...] | None = Field(
+        default=None,
+        min_length=1,
+        description="what each channel is divided by after the mean, one value or one per channel; not zero",
+    )
     pad_value: PadValue | None = Field(
         default=None,
         description="letterbox border in 0-255 pixel values, one or one per channel (the colour the model was "
@@ -182,21 +199,31 @@ class PublishSettings(StrictModel):
     retain: bool = Field(default=False, description="retain the latest result on the broker")
     only_on_change: bool = Field(default=False, description="publish a result only when it differs from the last")
     min_score: float | None = Field(default=None, ge=0, le=1, description="drop detections scoring below this")
-    snapshot: SnapshotSettings = Field(default_factory=SnapshotSettings, description="JPEG snapshots (cameras)")
+    snapshot: SnapshotSettings = Field(
+        default_factory=SnapshotSettings,
+        description="JPEG snapshots with the results drawn on <prefix>/<device_id>/<pipeline>/snapshot (cameras only)",
+    )
 
 
 class PipelineConfig(StrictModel):
     """source → preprocess → infer → decode → publish, under one name that becomes a topic level."""
 
-    name: str = Field(description="unique pipeline name; used in MQTT topics, so no / + # or whitespace")
+    name: str = Field(
+        description="unique pipeline name; used in MQTT topics, so no / + # or whitespace", examples=["entrance"]
+    )
     enabled: bool = Field(default=True, description="false keeps the pipeline in the file without running it")
     source: AnySource = Field(description="where frames or sensor windows come from; `type` selects the kind")
-    model: ModelConfig = Field(description="the model and how to run it")
+    model: ModelConfig = Field(
+        description="the model this pipeline runs and how; keys left unset leave the choice to the device profile"
+    )
     preprocess: PreprocessOverrides | None = Field(
         default=None, description="overrides of the manifest's input preprocessing"
     )
     decoder: DecoderOverride | None = Field(default=None, description="replaces the manifest's output decoder")
-    publish: PublishSettings = Field(default_factory=PublishSettings, description="how results are published")
+    publish: PublishSettings = Field(
+        default_factory=PublishSettings,
+        description="which results go to <prefix>/<device_id>/<pipeline>/result, and how",
+    )
 
     @field_validator("name")
     @classmethod
@@ -241,8 +268,10 @@ class BatchingSettings(StrictModel):
 
 
 class ServedModelConfig(ModelConfig):
-    name: str = Field(description="the name requests use: /v2/models/<name>/infer")
-    batching: BatchingSettings = Field(default_factory=BatchingSettings)
+    name: str = Field(description="the name requests use: /v2/models/<name>/infer", examples=["faces"])
+    batching: BatchingSettings = Field(
+        default_factory=BatchingSettings, description="how requests for this model are queued and joined into batches"
+    )
 
     @field_validator("name")
     @classmethod
@@ -260,7 +289,7 @@ MIN_TOKEN_LENGTH = 16
 
 
 class HttpSettings(StrictModel):
-    enabled: bool = True
+    enabled: bool = Field(default=True, description="false answers requests over MQTT only")
     host: str = Field(default="127.0.0.1", min_length=1, description="address to listen on; loopback by default")
     port: int = Field(default=8000, ge=0, lt=65536, description="TCP port; 0 lets the system choose a free one")
     token: SecretStr | None = Field(
@@ -325,7 +354,9 @@ class HttpSettings(StrictModel):
 
 
 class ServeSettings(StrictModel):
-    http: HttpSettings = Field(default_factory=HttpSettings)
+    http: HttpSettings = Field(
+        default_factory=HttpSettings, description="the Open Inference Protocol endpoint (KServe v2) over HTTP"
+    )
     mqtt: bool = Field(default=True, description="also answer requests on <prefix>/<device_id>/infer/<model>")
     models: tuple[ServedModelConfig, ...] = Field(min_length=1, description="the models requests may name")
     share_group: str | None = Field(
@@ -380,8 +411,13 @@ LogLevel = Literal["debug", "info", "warning", "error"]
 
 
 class DaemonConfig(StrictModel):
-    device_id: str = Field(description="this box's id in MQTT topics and the client id; no / + # or whitespace")
-    mqtt: MqttSettings = Field(default_factory=MqttSettings, description="the broker connection")
+    device_id: str = Field(
+        description="this box's id in MQTT topics and the client id; no / + # or whitespace", examples=["box-1"]
+    )
+    mqtt: MqttSettings = Field(
+        default_factory=MqttSettings,
+        description="the broker the box publishes its results and status to and takes requests and commands from",
+    )
     state_dir: Path = Field(
         default_factory=lambda: default_state_dir(),
         description="spool and stored choices; default $STATE_DIRECTORY or /var/lib/edge-runtime",
@@ -390,7 +426,10 @@ class DaemonConfig(StrictModel):
         default_factory=lambda: default_cache_dir(),
         description="compiled models and engines; default $CACHE_DIRECTORY or /var/cache/edge-runtime",
     )
-    stats: StatsSettings = Field(default_factory=StatsSettings, description="periodic counters")
+    stats: StatsSettings = Field(
+        default_factory=StatsSettings,
+        description="counters and rates (fps, drops, latency, spool depth) on <prefix>/<device_id>/stats",
+    )
     log_level: LogLevel = Field(default="info", description="debug, info, warning or error")
     serve: ServeSettings | None = Field(default=None, description="models answered on request, over HTTP")
     trust: TrustSettings = Field(default_factory=TrustSettings, description="signed model packages this box loads")

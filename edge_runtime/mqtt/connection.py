@@ -94,7 +94,7 @@ class MqttConnection:
         self.reconnects = 0
         self.last_error = ""
         self.receive_maximum: int | None = None  # MQTT 5: how many unacknowledged messages the broker accepts
-        self.qos = QosCheck(f"{Topics(settings.topic_prefix, device_id).device}/qos-check")
+        self.qos = QosCheck(Topics(settings.topic_prefix, device_id).qos_check)
         self.brokers = failover_order(settings.brokers, self.client_id)
         self.broker = self.brokers[0]  # the node connected to, or being tried
         self.broker_moves = 0  # connections to another node than the one before

@@ -11,10 +11,16 @@ from edge_runtime.config.base import StrictModel
 
 
 class TlsSettings(StrictModel):
-    ca_file: Path | None = Field(default=None, description="pinned CA certificate (PEM); None uses the system CAs")
+    ca_file: Path | None = Field(default=None, description="pinned CA certificate (PEM); null trusts the system CAs")
     cert_file: Path | None = Field(default=None, description="client certificate (PEM) for certificate login")
-    key_file: Path | None = None
-    verify_hostname: bool = True
+    key_file: Path | None = Field(
+        default=None, description="the client certificate's private key (PEM); given together with cert_file"
+    )
+    verify_hostname: bool = Field(
+        default=True,
+        description="check that the broker's certificate names the host connected to; false only for test brokers "
+        "reached by an address their certificate does not name",
+    )
 
     @model_validator(mode="after")
     def _cert_and_key_together(self) -> TlsSettings:
@@ -42,26 +48,44 @@ class BrokerAddress(NamedTuple):
 
 
 class MqttSettings(StrictModel):
-    host: str = "localhost"
+    host: str = Field(default="localhost", description="the broker's host name or address; a single broker")
     port: int | None = Field(default=None, gt=0, lt=65536, description="default 1883, or 8883 with TLS")
     hosts: list[str] = Field(
         default_factory=list,
-        description="the nodes of a broker cluster as host[:port], instead of host and port; the first is preferred",
+        description="the nodes of a broker cluster as host[:port], instead of host and port (leave those two out); "
+        "the first is preferred",
     )
-    protocol: Literal["5", "3.1.1"] = "5"
+    protocol: Literal["5", "3.1.1"] = Field(
+        default="5", description='MQTT version; "3.1.1" for brokers without MQTT 5 (RabbitMQ before 3.13, NATS 2.9)'
+    )
     client_id: str | None = Field(
         default=None, description="stable id for a persistent session; default from device id"
     )
-    username: str | None = None
-    password: SecretStr | None = None
-    keepalive_s: int = Field(default=30, ge=5)
+    username: str | None = Field(default=None, description="broker login; null connects without one")
+    password: SecretStr | None = Field(
+        default=None, description="the login's password; give it as !credential NAME or ${NAME}, never in the file"
+    )
+    keepalive_s: int = Field(
+        default=30,
+        ge=5,
+        description="seconds between keepalive pings; the broker drops a box silent for 1.5 times this and "
+        "publishes its offline status",
+    )
     session_expiry_s: int = Field(
         default=24 * 3600, ge=0, description="MQTT 5: how long the broker keeps our session (subscriptions) offline"
     )
     reconnect_max_s: int = Field(default=60, ge=1, description="longest wait between reconnect attempts")
-    tls: TlsSettings | None = None
-    topic_prefix: str = Field(default="edge", pattern=r"^[^#+]+$")
-    spool: SpoolSettings = Field(default_factory=SpoolSettings)
+    tls: TlsSettings | None = Field(
+        default=None, description="connect over TLS (port 8883 unless given); null: plain TCP"
+    )
+    topic_prefix: str = Field(
+        default="edge",
+        pattern=r"^[^#+]+$",
+        description="first level of every topic the box uses: <topic_prefix>/<device_id>/...",
+    )
+    spool: SpoolSettings = Field(
+        default_factory=SpoolSettings, description="the on-disk queue that keeps results while the broker is away"
+    )
 
     @field_validator("hosts")
     @classmethod

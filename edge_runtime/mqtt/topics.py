@@ -8,6 +8,7 @@
     <prefix>/<device_id>/infer/<model>            requests for a served model (answered on their reply topic)
     <prefix>/<device_id>/rollout/<rollout_id>     a rollout's state, with its reason on failure (retained)
     <prefix>/<device_id>/command                  operators' signed commands (answered on their reply topic)
+    <prefix>/<device_id>/qos-check                subscribed at QoS 2 to learn a 3.1.1 broker's highest QoS
     <prefix>/fleet/infer/<model>                  requests for any box of a share group, taken through
                                                   $share/<group>/<prefix>/fleet/infer/<model>: one box each
 
@@ -57,6 +58,11 @@ class Topics:
     @property
     def command(self) -> str:
         return f"{self.device}/command"
+
+    @property
+    def qos_check(self) -> str:
+        """Never published to: its subscription's grant tells whether an MQTT 3.1.1 broker takes QoS 2."""
+        return f"{self.device}/qos-check"
 
     def rollout(self, rollout_id: str) -> str:
         return f"{self.device}/rollout/{rollout_id}"

@@ -56,8 +56,8 @@ EXIT_UNDELIVERED = 3  # --exit-when-done: the sources ended, but results stay in
 def run_daemon(args: argparse.Namespace) -> int:
     faulthandler.enable(all_threads=True)  # a watchdog abort then leaves every thread's stack in the journal
     config = load_config(args.config)
-    if not (args.verbose or args.quiet):  # -v, -vv and -q on the command line win over the config's log_level
-        logging.getLogger().setLevel(config.log_level.upper())
+    # -v or -q on the command line, for one run by hand, win over the file's level
+    logging.getLogger().setLevel(config.log_level.upper() if args.log_level is None else args.log_level)
     box = look_at_box(args.root, args.profiles, isolated=True)
     exit_when_done = args.drain_timeout if args.exit_when_done else None
     return Daemon(config, args.config, box, exit_when_done=exit_when_done).run()

@@ -19,15 +19,26 @@ DEFAULT_MAX_IMAGE_PIXELS = 50_000_000  # an 8000×6000 photo (48 MP) passes; dec
 class Reconnect(SourceConfig):
     """Exponential backoff with jitter: a fleet of boxes does not hammer a recovering camera in step."""
 
-    initial_s: float = Field(default=1.0, gt=0)
-    max_s: float = Field(default=30.0, gt=0)
-    jitter: float = Field(default=0.2, ge=0, le=1)
+    initial_s: float = Field(
+        default=1.0, gt=0, description="seconds before the first retry after a lost connection; doubled at each failure"
+    )
+    max_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="longest wait in seconds between two retries; raise it for cameras or sensors slow to come back",
+    )
+    jitter: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="each wait is spread by up to this fraction of itself, so a fleet does not retry in step",
+    )
 
 
 class MotionGate(SourceConfig):
     """Skip inference while the scene does not change (frame difference on a small grey copy)."""
 
-    enabled: bool = True
+    enabled: bool = Field(default=True, description="false turns the gate off but keeps its settings in the file")
     threshold: int = Field(default=25, ge=1, le=255, description="per-pixel grey-level change that counts")
     min_area: float = Field(default=0.002, gt=0, le=1, description="fraction of the frame that must change")
     keepalive_s: float | None = Field(
@@ -42,33 +53,69 @@ class CameraSourceConfig(SourceConfig):
     policy: Literal["latest", "every"] = Field(
         default="latest", description="latest: live cameras, never queue stale frames; every: process all"
     )
-    max_fps: float | None = Field(default=None, gt=0)
-    motion: MotionGate | None = None
-    stall_timeout_s: float = Field(default=10.0, gt=0, description="no frame for this long means a frozen stream")
-    reconnect: Reconnect = Field(default_factory=Reconnect)
+    max_fps: float | None = Field(
+        default=None,
+        gt=0,
+        description="at most this many frames per second go to the model, the others are dropped before decoding "
+        "(counted); null: every frame the camera gives",
+    )
+    motion: MotionGate | None = Field(
+        default=None,
+        description="skip inference while the scene does not change; `motion: {}` turns it on with the defaults",
+    )
+    stall_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="seconds without a frame after which the stream counts as frozen and is reopened",
+    )
+    reconnect: Reconnect = Field(
+        default_factory=Reconnect, description="how soon a lost or frozen camera or stream is opened again"
+    )
 
 
 class V4l2SourceConfig(CameraSourceConfig):
-    type: Literal["v4l2"]
-    device: str | int = Field(description="/dev/videoN or its index N")
-    width: int | None = Field(default=None, gt=0)
-    height: int | None = Field(default=None, gt=0)
-    fps: float | None = Field(default=None, gt=0)
-    fourcc: str | None = Field(default=None, pattern=r"^[A-Za-z0-9 ]{4}$", description="e.g. MJPG, YUYV")
+    type: Literal["v4l2"] = Field(description="a USB or CSI camera on this box (Video4Linux)")
+    device: str | int = Field(description="/dev/videoN or its index N", examples=["/dev/video0"])
+    width: int | None = Field(
+        default=None, gt=0, description="frame width in pixels to ask the camera for; null: the camera's default"
+    )
+    height: int | None = Field(
+        default=None, gt=0, description="frame height in pixels to ask the camera for; null: the camera's default"
+    )
+    fps: float | None = Field(
+        default=None, gt=0, description="frames per second to ask the camera for; null: the camera's default"
+    )
+    fourcc: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9 ]{4}$",
+        description="pixel format to ask the camera for, e.g. MJPG (more frames per second over USB 2) or YUYV",
+    )
 
 
 class StreamSourceConfig(CameraSourceConfig):
-    type: Literal["stream"]
-    url: str = Field(pattern=r"^(rtsp|rtsps|http|https|rtmp|udp|tcp)://", description="RTSP/HTTP stream URL")
-    transport: Literal["tcp", "udp"] = "tcp"
+    type: Literal["stream"] = Field(
+        description="an RTSP, HTTP, RTMP, UDP or TCP stream, reopened with backoff when lost or frozen"
+    )
+    url: str = Field(
+        pattern=r"^(rtsp|rtsps|http|https|rtmp|udp|tcp)://",
+        description="the stream's URL; credentials in it are masked in logs and results, better given as ${NAME}",
+        examples=["rtsp://camera-1.lan:554/stream1"],
+    )
+    transport: Literal["tcp", "udp"] = Field(
+        default="tcp", description="RTSP transport; udp has less latency but loses frames on a busy network"
+    )
 
 
 class FileSourceConfig(CameraSourceConfig):
-    type: Literal["file"]
-    path: Path
-    loop: bool = False
+    type: Literal["file"] = Field(description="a video file, played once or looping")
+    path: Path = Field(description="the video file; relative to the config file's directory", examples=["clip.mp4"])
+    loop: bool = Field(default=False, description="start again at the end instead of ending the source")
     realtime: bool = Field(default=False, description="pace frames at the file's frame rate, like a camera")
-    policy: Literal["latest", "every"] = "every"
+    policy: Literal["latest", "every"] = Field(
+        default="every",
+        description="every: process every frame (the file is read as fast as the model takes it); latest: drop "
+        "frames the model has no time for, as a live camera does",
+    )
 
     @property
     def unpaced(self) -> bool:
@@ -76,11 +123,17 @@ class FileSourceConfig(CameraSourceConfig):
 
 
 class FolderSourceConfig(CameraSourceConfig):
-    type: Literal["folder"]
-    path: Path
-    pattern: str = "*.jpg"
-    loop: bool = False
-    policy: Literal["latest", "every"] = "every"
+    type: Literal["folder"] = Field(description="the images in a folder, in natural order (img2 before img10)")
+    path: Path = Field(description="the folder; relative to the config file's directory", examples=["images"])
+    pattern: str = Field(
+        default="*.jpg", description="which files to take, as a glob; `**/*.png` also searches subfolders"
+    )
+    loop: bool = Field(
+        default=False, description="list the folder again after the last image, picking up new files, instead of ending"
+    )
+    policy: Literal["latest", "every"] = Field(
+        default="every", description="every: process every image; latest: drop images the model has no time for"
+    )
     max_image_pixels: int = Field(
         default=DEFAULT_MAX_IMAGE_PIXELS,
         ge=1,
@@ -95,9 +148,13 @@ class FolderSourceConfig(CameraSourceConfig):
 class WindowSpec(SourceConfig):
     """How samples become model inputs: `length` samples of `channels` values, a new window every `stride`."""
 
-    length: int = Field(gt=0)
-    stride: int = Field(gt=0)
-    channels: int = Field(default=1, gt=0)
+    length: int = Field(gt=0, description="samples in one window, the model's time axis", examples=[128])
+    stride: int = Field(
+        gt=0,
+        description="samples from the start of one window to the start of the next; less than length overlaps them",
+        examples=[64],
+    )
+    channels: int = Field(default=1, gt=0, description="values in one sample, e.g. 3 for an x, y, z accelerometer")
 
     @model_validator(mode="after")
     def _stride_within_length(self) -> WindowSpec:
@@ -107,40 +164,52 @@ class WindowSpec(SourceConfig):
 
 
 class SensorSourceConfig(SourceConfig):
-    window: WindowSpec
-    max_payload_bytes: int = Field(default=65536, gt=0)
+    window: WindowSpec = Field(description="how samples are grouped into the model's inputs")
+    max_payload_bytes: int = Field(
+        default=65536, gt=0, description="a longer message or line is dropped and counted as malformed"
+    )
 
 
 class MqttSourceConfig(SensorSourceConfig):
     """Readings published on MQTT topics, on the daemon's own broker connection."""
 
-    type: Literal["mqtt"]
-    topics: list[str] = Field(min_length=1)
+    type: Literal["mqtt"] = Field(description="sensor readings published on MQTT topics of the daemon's own broker")
+    topics: list[str] = Field(
+        min_length=1,
+        description="topic filters to subscribe to; wildcards allowed, each matching topic gets its own window",
+        examples=[["sensors/pump-1/vibration"]],
+    )
     payload: Literal["json", "f32le", "i16le", "u8"] = Field(
         default="json",
         description="json: a number, a list of numbers (one sample), or {'values': [...]}; "
         "the others: raw little-endian arrays of whole samples",
     )
-    qos: Literal[0, 1, 2] = 1
+    qos: Literal[0, 1, 2] = Field(default=1, description="MQTT QoS of the subscription")
 
 
 class SerialSourceConfig(SensorSourceConfig):
-    type: Literal["serial"]
-    port: str = Field(description="e.g. /dev/ttyUSB0")
-    baudrate: int = Field(default=115200, gt=0)
+    type: Literal["serial"] = Field(
+        description="text lines of values from a serial port (needs `pip install 'edge-runtime[serial]'`)"
+    )
+    port: str = Field(description="the serial device, e.g. /dev/ttyUSB0", examples=["/dev/ttyUSB0"])
+    baudrate: int = Field(default=115200, gt=0, description="line speed in bits per second, as the sensor sends")
     separator: str = Field(
         default=",", min_length=1, description="between the values of a line; ' ' for any whitespace"
     )
-    reconnect: Reconnect = Field(default_factory=Reconnect)
+    reconnect: Reconnect = Field(default_factory=Reconnect, description="how soon a lost serial port is opened again")
 
 
 class ReplaySourceConfig(SensorSourceConfig):
     """Samples replayed from a CSV (one sample per row) or .npy file (samples x channels)."""
 
-    type: Literal["replay"]
-    path: Path
-    rate_hz: float | None = Field(default=None, gt=0, description="samples per second; None replays at once")
-    loop: bool = False
+    type: Literal["replay"] = Field(description="samples replayed from a CSV file (a sample per row) or a .npy file")
+    path: Path = Field(
+        description="the CSV or .npy file; relative to the config file's directory", examples=["recording.csv"]
+    )
+    rate_hz: float | None = Field(
+        default=None, gt=0, description="samples per second, as the sensor gave them; null replays as fast as possible"
+    )
+    loop: bool = Field(default=False, description="start again at the end instead of ending the source")
 
     @property
     def unpaced(self) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from broker import free_port
 
-from edge_runtime.cli import log_level
+from edge_runtime.cli import build_parser, log_level
 
 SCRIPT = """
 import logging, sys
@@ -55,16 +55,17 @@ def test_debugging_keeps_the_native_messages(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("verbose", "quiet", "command", "level"),
+    ("argv", "level"),
     [
-        (0, False, "run", logging.INFO),
-        (0, True, "run", logging.WARNING),
-        (0, False, "probe", logging.WARNING),
-        (1, False, "probe", logging.INFO),
-        (2, False, "run", logging.DEBUG),
+        (["run"], logging.INFO),
+        (["-q", "run"], logging.WARNING),
+        (["run", "-q"], logging.WARNING),
+        (["probe"], logging.WARNING),
+        (["probe", "-v"], logging.INFO),
+        (["-vv", "run"], logging.DEBUG),
+        (["run", "-vv"], logging.DEBUG),
     ],
 )
-def test_run_says_what_it_does_and_other_commands_speak_when_asked(
-    verbose: int, quiet: bool, command: str, level: int
-) -> None:
-    assert log_level(verbose, quiet, command) == level
+def test_run_says_what_it_does_and_other_commands_speak_when_asked(argv: list[str], level: int) -> None:
+    args = build_parser().parse_args(argv)
+    assert log_level(args.log_level, args.command) == level

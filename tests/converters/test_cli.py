@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters.cli import build_parser, main, options_from
+from converters.cli import EXIT_BAD_INPUT, EXIT_NO_VARIANT, build_parser, main, options_from
 from converters.errors import ConversionError
+from edge_runtime.commands.help_text import shows_default
 from edge_runtime.package.loader import open_package
 from edge_runtime.package.signing import generate_keys, read_public_key, verify_package
 
@@ -155,3 +157,26 @@ def test_a_signed_conversion_verifies(tiny_onnx: Path, tmp_path: Path, capsys: p
     signed = verify_package(out, [read_public_key(public)])
     assert signed.release == 2
     assert {"report.md", "report.json"} <= set(signed.unlisted)
+
+
+def test_the_help_gives_examples_exit_statuses_and_every_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # no wrapped lines
+    parser = build_parser()
+    text = " ".join(parser.format_help().split())
+    assert parser.epilog is not None and parser.epilog.startswith("examples:\n  edge-convert ")
+    statuses = [int(s) for s in re.findall(r"^  (\d+) ", parser.epilog, re.MULTILINE)]
+    assert statuses == [0, EXIT_NO_VARIANT, EXIT_BAD_INPUT, 130]
+    for action in parser._actions:
+        assert action.help, action.dest
+        if shows_default(action):
+            assert "default" not in action.help, action.dest
+            assert f"(default: {action.default})" in text, action.dest
+    assert "--subset-size N calibration samples to use (default: 300)" in text
+
+
+@pytest.mark.parametrize(
+    ("flag", "expected"), [([], True), (["--fast-bias-correction"], True), (["--no-fast-bias-correction"], False)]
+)
+def test_fast_bias_correction_is_on_unless_turned_off(tmp_path: Path, flag: list[str], expected: bool) -> None:
+    args = build_parser().parse_args(["model.onnx", "-o", str(tmp_path), *flag])
+    assert options_from(args).settings.fast_bias_correction is expected

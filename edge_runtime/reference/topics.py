@@ -1,0 +1,203 @@
+"""`docs/reference/topics.md`: every MQTT topic the daemon publishes to or subscribes to.
+
+Each topic's name comes from `mqtt.topics.Topics`, the one place the daemon builds it, and each member of
+`Topics` must appear here (the tests check it), so a new topic cannot stay undocumented. The payloads'
+JSON Schemas are the files in `edge_runtime/schemas` that the tests validate messages against.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from importlib import resources
+from typing import Any
+
+from edge_runtime.mqtt.topics import Topics, shared
+from edge_runtime.reference.markdown import cell, code, generated_notice, sentence, table
+from edge_runtime.rollout.state import RolloutRecord, Stage
+
+__all__ = ["TOPICS", "TOPICS_OF_THE_BOX", "TopicEntry", "topics_page"]
+
+TOPICS_OF_THE_BOX = Topics("<prefix>", "<device_id>")
+
+
+@dataclass(frozen=True)
+class TopicEntry:
+    name: str  # the Topics member that builds it, or the config key that names it
+    topic: str
+    direction: str  # what the daemon does: "publishes", "subscribes"
+    qos: str
+    retained: str
+    when: str
+    payload: str
+    schema: str | None = None  # a file in edge_runtime/schemas
+
+
+_t = TOPICS_OF_THE_BOX  # short, for the table below
+TOPICS = (
+    TopicEntry(
+        "status",
+        _t.status,
+        "publishes",
+        "1",
+        "yes",
+        "always",
+        "`online` when the box connects; `offline` when it stops cleanly, and from the broker as the box's "
+        "Last Will when its connection is lost",
+    ),
+    TopicEntry(
+        "stats",
+        _t.stats,
+        "publishes",
+        "0",
+        "no",
+        "every `stats.interval_s` seconds",
+        "a JSON object: `device_id`, `uptime_s`, `pipelines` (per pipeline: fps in and out, dropped frames, "
+        "stage latency percentiles, the backend in use, the source's state), `mqtt` (spool depth, drops, "
+        "reconnects, the broker node), `rollout` and, when serving, `serving`",
+    ),
+    TopicEntry(
+        "result",
+        _t.result("<pipeline>"),
+        "publishes",
+        "`pipelines[].publish.qos` (default 1); at 1 and 2 through the spool",
+        "`pipelines[].publish.retain` (default no)",
+        "a frame or window with a result, as `pipelines[].publish` selects",
+        "one JSON message per result; delivered at least once, so drop repeats by `id`",
+        "result.schema.json",
+    ),
+    TopicEntry(
+        "snapshot",
+        _t.snapshot("<pipeline>"),
+        "publishes",
+        "0",
+        "yes",
+        "`pipelines[].publish.snapshot.enabled`, at most `max_rate_hz` per second",
+        "JPEG of the frame with the detections drawn",
+    ),
+    TopicEntry(
+        "mask",
+        _t.mask("<pipeline>"),
+        "publishes",
+        "0",
+        "yes",
+        "a segmentation decoder that makes a mask",
+        "PNG of the class mask",
+    ),
+    TopicEntry(
+        "infer",
+        _t.infer("<model>"),
+        "subscribes (`infer/+`)",
+        "1",
+        "no",
+        "`serve.mqtt` (default true) with models in `serve.models`",
+        "a request for the served model: Open Inference Protocol JSON, or a JPEG or PNG image (MQTT 5 Content "
+        "Type); answered on the request's Response Topic, or under MQTT 3.1.1 inside the envelope "
+        '`{"reply_to": ..., "correlation_id": ..., "request" or "image": ...}`',
+    ),
+    TopicEntry(
+        "fleet_infer",
+        _t.fleet_infer("<model>"),
+        f"subscribes as `{shared('<group>', _t.fleet_infer('+'))}`",
+        "1",
+        "no",
+        "`serve.share_group`",
+        "the same requests as `infer`, each taken by one box of the share group",
+    ),
+    TopicEntry(
+        "command",
+        _t.command,
+        "subscribes",
+        "1",
+        "no",
+        "`control.keys` lists at least one key",
+        "an operator's signed command (as `edge-runtime fleet` sends), answered on the reply topic it names",
+    ),
+    TopicEntry(
+        "rollout",
+        _t.rollout("<rollout_id>"),
+        "publishes",
+        "1",
+        "yes",
+        "a rollout or rollback, at each stage it reaches",
+        "a JSON object with the rollout's "
+        + ", ".join(f"`{f.name}`" for f in fields(RolloutRecord))
+        + "; `stage` is one of "
+        + ", ".join(f"`{stage.value}`" for stage in Stage),
+    ),
+    TopicEntry(
+        "qos_check",
+        _t.qos_check,
+        "subscribes, then unsubscribes",
+        "2",
+        "no",
+        "once per session, under MQTT 3.1.1, when a pipeline publishes at QoS 2",
+        "nothing is published here: the QoS the broker grants tells whether it takes QoS 2",
+    ),
+    TopicEntry(
+        "reply topic",
+        "the reply topic a request or command names",
+        "publishes",
+        "1",
+        "no",
+        "answering a request or a command",
+        'the answer as JSON; errors as `{"error": ..., "code": ...}`; a reply topic under `<prefix>/` is refused',
+    ),
+    TopicEntry(
+        "pipelines[].source.topics",
+        "each of `pipelines[].source.topics`",
+        "subscribes",
+        "`pipelines[].source.qos` (default 1)",
+        "no",
+        "a pipeline whose source has `type: mqtt`",
+        "sensor readings, as `pipelines[].source.payload` says (see the config reference)",
+    ),
+)
+
+INTRO = """\
+`<prefix>` is `mqtt.topic_prefix` (default `edge`), `<device_id>` is `device_id`; `<pipeline>` and
+`<model>` are the names of a pipeline and of a served model in the config file. Subscribers (Home
+Assistant, Node-RED, cloud ingest) match on these topics, so they change only with the result schema's
+version."""
+
+
+def topics_page() -> str:
+    rows = [
+        (_topic(entry), cell(entry.direction), cell(entry.qos), cell(entry.retained), cell(entry.when))
+        for entry in TOPICS
+    ]
+    lines = [generated_notice(), "", "# MQTT topics", "", INTRO, ""]
+    lines += table(("topic", "the daemon", "QoS", "retained", "when"), rows)
+    for entry in TOPICS:
+        lines += ["", f"## {entry.name}", "", _topic(entry), "", sentence(entry.payload)]
+        if entry.schema is not None:
+            lines += _schema_section(entry.schema)
+    return "\n".join(lines) + "\n"
+
+
+def _schema_section(name: str) -> list[str]:
+    text = resources.files("edge_runtime.schemas").joinpath(name).read_text(encoding="utf-8")
+    schema = json.loads(text)
+    required = set(schema.get("required", ()))
+    rows = [
+        (code(key), _json_type(value), "yes" if key in required else "no", cell(value.get("description", "")))
+        for key, value in schema.get("properties", {}).items()
+    ]
+    lines = ["", f"JSON Schema: `edge_runtime/schemas/{name}`. {cell(schema.get('description', ''))}", ""]
+    lines += table(("field", "type", "required", "description"), rows)
+    body = text.rstrip("\n")
+    return [*lines, "", "<details><summary>The whole schema</summary>", "", "```json", body, "```", "", "</details>"]
+
+
+def _topic(entry: TopicEntry) -> str:
+    """A topic as a code span; a sentence standing for topics the config or a request names, as prose."""
+    return code(entry.topic) if entry.topic.startswith("<") else cell(entry.topic)
+
+
+def _json_type(value: dict[str, Any]) -> str:
+    if "const" in value:
+        return f"`{json.dumps(value['const'])}`"
+    if "enum" in value:
+        return " or ".join(f"`{json.dumps(item)}`" for item in value["enum"])
+    kind = value.get("type", "object" if "properties" in value or "$ref" in value else "any")
+    return " or ".join(kind) if isinstance(kind, list) else str(kind)
