@@ -1,40 +1,60 @@
-"""Serving: edge_runtime's endpoint against Triton and against a naive server, same model files, same box.
+"""Serving: edge_runtime's endpoint against Triton, PyTriton, FastAPI and LitServe, same model files, same box.
 
-Sides (see serving_servers.py), each its own process on a loopback port:
+Sides (see serving_servers.py and serving_competitors.py), each its own process on a loopback port:
 - edge: edge_runtime's `Serving` (Open Inference Protocol over Starlette/uvicorn, Triton's batching rule);
-- triton: PyTriton 0.5.14, i.e. Triton 2.51's C++ HTTP frontend and dynamic batcher, calling OpenVINO
-  from a Python callable, one model instance per infer request OpenVINO plans;
-- naive: FastAPI + uvicorn calling the compiled model once per request;
+- the competitors as a skilled user would deploy them on a CPU box (per-model settings in
+  serving_competitors.TUNING):
+  - triton-server: Triton 2.51's own server binary (shipped in PyTriton's wheel) on a model repository
+    written here, a Python-backend model running the requests its dynamic batcher gathers on OpenVINO's
+    AsyncInferQueue, two instances;
+  - pytriton-tuned: PyTriton with its dynamic batcher gathering requests for four instances, each
+    running them on an AsyncInferQueue;
+  - fastapi-async: FastAPI + uvicorn (uvloop, httptools) awaiting an AsyncInferQueue from its route, the
+    event loop never blocked;
+  - litserve: LitServe with its batching, one worker, the gathered requests on an AsyncInferQueue;
+- the basic setups: pytriton-basic (PyTriton 0.5.14 with one synchronous instance per infer request
+  OpenVINO plans, batches of 8 joined for MobileNetV2, none for the face detector) and naive (FastAPI +
+  uvicorn calling the compiled model once per request, the event loop blocked meanwhile);
 - edge-latency (only when asked for with --sides): edge with the served model's `hint: latency`, one
   request on every core rather than one stream per core.
-All load the same OpenVINO IR on the CPU at explicit fp32; edge and triton with the same max_batch_size
-and queue delay. Models: MobileNetV2 1.0 at 224×224 (built here with seeded weights, see models.py)
-and the bundled face detector, whose graph cannot be batched (both servers then run requests side by side).
+All load the same OpenVINO IR on the CPU at explicit fp32, under the throughput hint but for naive and
+edge-latency. Where requests are gathered, they run side by side on OpenVINO's streams: on this box
+batches lose for MobileNetV2, and the face detector's graph cannot be batched. Models: MobileNetV2 1.0 at
+224×224 (built here with seeded weights, see models.py) and the bundled face detector. Every side is sent
+the same binary tensor request (LitServe the same bytes in a multipart/form-data body, since its routes
+read JSON or forms).
 
 The load generator (serving_load.py) is a process of its own: open-loop Poisson arrivals, latencies
 from each request's scheduled time into an HdrHistogram, binary tensor data. It shares the machine's
-cores with the server, as on any single box. Measured per model:
+cores with the server, as on any single box, and its CPU time is reported beside the server's.
+Measured per model:
 - capacity: the highest offered rate that passes (p99 ≤ 50 ms, ≥ 99% answered 200, achieved ≥ 95% of
-  offered), searched from above (see `capacity`): round 1 from `--top` (1.5) × the model's own async throughput
-  down in steps of 0.8, then two bisection steps; later rounds from 1.3 × the side's median so far
-  down in steps of 0.9, then one; never below `--floor` (0.1) × the model's throughput. Every round restarts
-  each side's server; sides alternate, in reversed order every other round; medians over rounds.
+  the rate sent), searched from above (see `capacity`): round 1 from `--top` (1.5) × the model's own async
+  throughput down in steps of 0.8, then two bisection steps; later rounds from 1.3 × the side's median so
+  far down in steps of 0.9, then one; never below `--floor` (0.1) × the model's throughput. Every round
+  restarts each side's server; sides alternate, in reversed order every other round; medians over rounds.
   After every probe the generator waits for the server to answer single requests promptly again,
   so that a backlog is not charged to the next probe.
+- CPU time per request: the server's (every process of its session, from /proc, around each probe) and
+  the generator's, at a fixed `--cpu-rate` (100/s) each round and at capacity; for a model under 1 ms
+  per inference also the server's outside inference (less the CPU one inference costs in-process).
 - p50/p99 against offered load at fractions of the model's own async throughput (round 1).
 - one at a time: closed loop, concurrency 1, median latency; against the model's synchronous latency
   in-process, compiled as the servers compile it and under the latency hint.
-- MQTT: edge's MQTT 5 request/response (Response Topic, Correlation Data) through a Mosquitto started
-  here with `set_tcp_nodelay true` (as the README advises for request/response), against its HTTP route
-  with the same JPEG body; capacity at the same bound, alternating.
+- MQTT (when edge is among the sides): edge's MQTT 5 request/response (Response Topic, Correlation
+  Data) through a Mosquitto started here with `set_tcp_nodelay true` (as the README advises for
+  request/response), against its HTTP route with the same JPEG body; capacity at the same bound,
+  alternating.
 
-Goals: edge ≥ 1.0× Triton's capacity, ≥ 2× the naive server's; one at a time, median ≤ the model's
-synchronous latency + 1 ms. Results: bench/results/serving.json; logs of the servers: bench/results/serving-logs/.
+Goals: edge ≥ 1.0× each Triton side's capacity, ≥ 2× the naive server's; one at a time, median ≤ the
+model's synchronous latency + 1 ms. Results: bench/results/serving.json; logs of the servers:
+bench/results/serving-logs/.
 
 One-time setup, done on first use: bench/.cache/triton-venv, a venv of the base Python with
-nvidia-pytriton==0.5.14 (Triton 2.51.0), the project's OpenVINO version, fastapi, uvicorn[standard] (with
-httptools and uvloop, as FastAPI's own install instructions bring), hdrhistogram, aiohttp and paho-mqtt
-(about 1 GB). Triton's Python stub needs libpython: LD_LIBRARY_PATH is set for it.
+nvidia-pytriton==0.5.14 (Triton 2.51.0, its server binary and Python backend), the project's OpenVINO
+version, fastapi, uvicorn[standard] (with httptools and uvloop, as FastAPI's own install instructions
+bring), litserve and python-multipart, granian (for serving_http_stack.py), hdrhistogram, aiohttp and
+paho-mqtt (about 1 GB). Triton's Python stub needs libpython: LD_LIBRARY_PATH is set for it.
 
     python bench/serving.py [--rounds 3] [--seconds 3] [--models mobilenet_v2 face] [--sides ...] [--quick]
 """

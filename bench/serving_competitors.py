@@ -53,9 +53,9 @@ TUNING: dict[str, dict[str, list[str]]] = {
         "mobilenet_v2": ["--group", "8", "--instances", "4", "--join", "side-by-side", "--delay-ms", "0"],
         "face": ["--group", "8", "--instances", "4", "--join", "side-by-side", "--delay-ms", "0"],
     },
-    "litserve": {
-        "mobilenet_v2": ["--group", "8", "--workers", "1", "--join", "side-by-side", "--delay-ms", "0"],
-        "face": ["--group", "8", "--workers", "1", "--join", "side-by-side", "--delay-ms", "0"],
+    "litserve": {  # batch_timeout 0 would make its batching loop poll its queue without pause
+        "mobilenet_v2": ["--group", "8", "--workers", "1", "--join", "side-by-side", "--delay-ms", "2"],
+        "face": ["--group", "8", "--workers", "1", "--join", "side-by-side", "--delay-ms", "2"],
     },
 }
 

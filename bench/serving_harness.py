@@ -126,7 +126,7 @@ class Model:
 
     def multipart_request(self) -> tuple[str, dict[str, str]]:
         """The binary tensor request as the `request` part of a multipart/form-data body (for LitServe, whose
-        routes read JSON or forms), its header's length in the `header_length` part: 290 bytes more."""
+        routes read JSON or forms), its header's length in the `header_length` part: 257 bytes more."""
         tensor, headers = self.tensor_request()
         boundary = "serving-bench-boundary"
         head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"header_length\"\r\n\r\n"
@@ -160,6 +160,21 @@ def bench_models(names: list[str]) -> list[Model]:
 
 
 # -- processes -----------------------------------------------------------------------------------------
+
+
+def session_cpu_seconds(session: int) -> float:
+    """CPU time (user and system) so far of every process in a session, its reaped children included."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session:  # the session id (field 6)
+            total += sum(int(field) for field in fields[11:15])  # utime, stime, cutime, cstime
+    return total / CLOCK_TICKS
 
 
 PROJECT_SIDES = ("edge", "edge-latency")  # run in the project's venv; the others in the bench's
@@ -210,19 +225,8 @@ class Server:
             raise
 
     def cpu_seconds(self) -> float:
-        """CPU time (user and system) so far of every process in the server's session, its reaped children
-        included: the server, Triton's Python stubs, LitServe's workers."""
-        total = 0
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                fields = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == self.process.pid:  # the session id (field 6)
-                total += sum(int(field) for field in fields[11:15])  # utime, stime, cutime, cstime
-        return total / CLOCK_TICKS
+        """CPU time so far of the server's processes: the server, Triton's Python stubs, LitServe's workers."""
+        return session_cpu_seconds(self.process.pid)
 
     def _ready(self) -> bool:
         try:
