@@ -77,7 +77,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
 
 from serving_harness import LoadGenerator, Model, Server, bench_models, load_average, model_alone  # noqa: E402
-from serving_report import BOUND_MS, passes, report  # noqa: E402
+from serving_report import BOUND_MS, cpu_per_request, median_of, passes, report  # noqa: E402
 
 SIDES = ("edge", "triton-server", "pytriton-tuned", "fastapi-async", "litserve", "pytriton-basic", "naive")
 OPTIONAL_SIDES = ("edge-latency",)  # edge with `hint: latency`: one request on every core
@@ -152,6 +152,8 @@ class Bench:
         )
         if server:
             result["server_cpu_s"] = server.cpu_seconds() - cpu
+            result["server_cpu_ms_per_request"] = cpu_per_request(result, "server_cpu_s")
+        result["client_cpu_ms_per_request"] = cpu_per_request(result, "client_cpu_s")
         self.settle(url, request)
         shown(result)
         return result
@@ -205,6 +207,8 @@ class Bench:
                     server.stop()
         for record in sides.values():
             record["median_capacity"] = statistics.median(record["capacity"])
+            at_rate = [p["server_cpu_ms_per_request"] for p in record["at_cpu_rate"]]
+            record["median_server_cpu_ms_at_cpu_rate"] = median_of(at_rate)
         result: dict[str, Any] = {"model": model.title, "alone": alone, "max_batch_size": model.max_batch_size,
                                   "why_unbatched": model.why_unbatched, "sides": sides}  # fmt: skip
         if args.mqtt_rounds and "edge" in args.sides:
