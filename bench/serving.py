@@ -1,40 +1,60 @@
-"""Serving: edge_runtime's endpoint against Triton and against a naive server, same model files, same box.
+"""Serving: edge_runtime's endpoint against Triton, PyTriton, FastAPI and LitServe, same model files, same box.
 
-Sides (see serving_servers.py), each its own process on a loopback port:
+Sides (see serving_servers.py and serving_competitors.py), each its own process on a loopback port:
 - edge: edge_runtime's `Serving` (Open Inference Protocol over Starlette/uvicorn, Triton's batching rule);
-- triton: PyTriton 0.5.14, i.e. Triton 2.51's C++ HTTP frontend and dynamic batcher, calling OpenVINO
-  from a Python callable, one model instance per infer request OpenVINO plans;
-- naive: FastAPI + uvicorn calling the compiled model once per request;
+- the competitors as a skilled user would deploy them on a CPU box (per-model settings in
+  serving_competitors.TUNING):
+  - triton-server: Triton 2.51's own server binary (shipped in PyTriton's wheel) on a model repository
+    written here, a Python-backend model running the requests its dynamic batcher gathers on OpenVINO's
+    AsyncInferQueue, two instances;
+  - pytriton-tuned: PyTriton with its dynamic batcher gathering requests for four instances, each
+    running them on an AsyncInferQueue;
+  - fastapi-async: FastAPI + uvicorn (uvloop, httptools) awaiting an AsyncInferQueue from its route, the
+    event loop never blocked;
+  - litserve: LitServe with its batching, one worker, the gathered requests on an AsyncInferQueue;
+- the basic setups: pytriton-basic (PyTriton 0.5.14 with one synchronous instance per infer request
+  OpenVINO plans, batches of 8 joined for MobileNetV2, none for the face detector) and naive (FastAPI +
+  uvicorn calling the compiled model once per request, the event loop blocked meanwhile);
 - edge-latency (only when asked for with --sides): edge with the served model's `hint: latency`, one
   request on every core rather than one stream per core.
-All load the same OpenVINO IR on the CPU at explicit fp32; edge and triton with the same max_batch_size
-and queue delay. Models: MobileNetV2 1.0 at 224×224 (built here with seeded weights, see models.py)
-and the bundled face detector, whose graph cannot be batched (both servers then run requests side by side).
+All load the same OpenVINO IR on the CPU at explicit fp32, under the throughput hint but for naive and
+edge-latency. Where requests are gathered, they run side by side on OpenVINO's streams: on this box
+batches lose for MobileNetV2, and the face detector's graph cannot be batched. Models: MobileNetV2 1.0 at
+224×224 (built here with seeded weights, see models.py) and the bundled face detector. Every side is sent
+the same binary tensor request (LitServe the same bytes in a multipart/form-data body, since its routes
+read JSON or forms).
 
 The load generator (serving_load.py) is a process of its own: open-loop Poisson arrivals, latencies
 from each request's scheduled time into an HdrHistogram, binary tensor data. It shares the machine's
-cores with the server, as on any single box. Measured per model:
+cores with the server, as on any single box, and its CPU time is reported beside the server's.
+Measured per model:
 - capacity: the highest offered rate that passes (p99 ≤ 50 ms, ≥ 99% answered 200, achieved ≥ 95% of
-  offered), searched from above (see `capacity`): round 1 from `--top` (1.5) × the model's own async throughput
-  down in steps of 0.8, then two bisection steps; later rounds from 1.3 × the side's median so far
-  down in steps of 0.9, then one; never below `--floor` (0.1) × the model's throughput. Every round restarts
-  each side's server; sides alternate, in reversed order every other round; medians over rounds.
+  the rate sent), searched from above (see `capacity`): round 1 from `--top` (1.5) × the model's own async
+  throughput down in steps of 0.8, then two bisection steps; later rounds from 1.3 × the side's median so
+  far down in steps of 0.9, then one; never below `--floor` (0.1) × the model's throughput. Every round
+  restarts each side's server; sides alternate, in reversed order every other round; medians over rounds.
   After every probe the generator waits for the server to answer single requests promptly again,
   so that a backlog is not charged to the next probe.
+- CPU time per request: the server's (every process of its session, from /proc, around each probe) and
+  the generator's, at a fixed `--cpu-rate` (100/s) each round and at capacity; for a model under 1 ms
+  per inference also the server's outside inference (less the CPU one inference costs in-process).
 - p50/p99 against offered load at fractions of the model's own async throughput (round 1).
 - one at a time: closed loop, concurrency 1, median latency; against the model's synchronous latency
   in-process, compiled as the servers compile it and under the latency hint.
-- MQTT: edge's MQTT 5 request/response (Response Topic, Correlation Data) through a Mosquitto started
-  here with `set_tcp_nodelay true` (as the README advises for request/response), against its HTTP route
-  with the same JPEG body; capacity at the same bound, alternating.
+- MQTT (when edge is among the sides): edge's MQTT 5 request/response (Response Topic, Correlation
+  Data) through a Mosquitto started here with `set_tcp_nodelay true` (as the README advises for
+  request/response), against its HTTP route with the same JPEG body; capacity at the same bound,
+  alternating.
 
-Goals: edge ≥ 1.0× Triton's capacity, ≥ 2× the naive server's; one at a time, median ≤ the model's
-synchronous latency + 1 ms. Results: bench/results/serving.json; logs of the servers: bench/results/serving-logs/.
+Goals: edge ≥ 1.0× each Triton side's capacity, ≥ 2× the naive server's; one at a time, median ≤ the
+model's synchronous latency + 1 ms. Results: bench/results/serving.json; logs of the servers:
+bench/results/serving-logs/.
 
 One-time setup, done on first use: bench/.cache/triton-venv, a venv of the base Python with
-nvidia-pytriton==0.5.14 (Triton 2.51.0), the project's OpenVINO version, fastapi, uvicorn[standard] (with
-httptools and uvloop, as FastAPI's own install instructions bring), hdrhistogram, aiohttp and paho-mqtt
-(about 1 GB). Triton's Python stub needs libpython: LD_LIBRARY_PATH is set for it.
+nvidia-pytriton==0.5.14 (Triton 2.51.0, its server binary and Python backend), the project's OpenVINO
+version, fastapi, uvicorn[standard] (with httptools and uvloop, as FastAPI's own install instructions
+bring), litserve and python-multipart, granian (for serving_http_stack.py), hdrhistogram, aiohttp and
+paho-mqtt (about 1 GB). Triton's Python stub needs libpython: LD_LIBRARY_PATH is set for it.
 
     python bench/serving.py [--rounds 3] [--seconds 3] [--models mobilenet_v2 face] [--sides ...] [--quick]
 """
@@ -57,23 +77,12 @@ BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
 
 from serving_harness import LoadGenerator, Model, Server, bench_models, load_average, model_alone  # noqa: E402
+from serving_report import BOUND_MS, cpu_per_request, median_of, passes, report  # noqa: E402
 
-SIDES = ("edge", "triton", "naive")
+SIDES = ("edge", "triton-server", "pytriton-tuned", "fastapi-async", "litserve", "pytriton-basic", "naive")
 OPTIONAL_SIDES = ("edge-latency",)  # edge with `hint: latency`: one request on every core
-BOUND_MS = 50.0
 RESULTS = BENCH / "results"
 Probe = Callable[[float], dict[str, Any]]
-
-
-def passes(result: dict[str, Any]) -> bool:
-    p99 = result.get("p99")
-    return (
-        p99 is not None
-        and p99 <= BOUND_MS
-        and result["ok"] >= 0.99 * result["sent"]
-        and result["achieved"] >= 0.95 * result["offered"]
-        and not result.get("aborted")
-    )
 
 
 def bisect(probe: Probe, low: float, high: float, steps: int, trace: list[dict[str, Any]]) -> float:
@@ -131,13 +140,20 @@ class Bench:
         rate: float,
         seconds: float | None = None,
         abort: bool = False,
+        server: Server | None = None,
     ) -> Any:
+        """One open-loop probe; with `server`, the CPU time its processes spent meanwhile (`server_cpu_s`)."""
         body, headers = request
         seconds = self.args.seconds if seconds is None else seconds
         more = {"abort_ms": BOUND_MS} if abort else {}
+        cpu = server.cpu_seconds() if server else 0.0
         result = self.load.run(
             op="http", url=url, body=body, headers=headers, rate=rate, seconds=seconds, warmup=1.0, **more
         )
+        if server:
+            result["server_cpu_s"] = server.cpu_seconds() - cpu
+            result["server_cpu_ms_per_request"] = cpu_per_request(result, "server_cpu_s")
+        result["client_cpu_ms_per_request"] = cpu_per_request(result, "client_cpu_s")
         self.settle(url, request)
         shown(result)
         return result
@@ -166,22 +182,24 @@ class Bench:
         ceiling = alone["async_fps"]
         print(f"\n{model.title}: alone {alone}", flush=True)
         run = [] if args.no_http else args.sides
-        sides: dict[str, dict[str, Any]] = {s: {"capacity": [], "probes": [], "curve": []} for s in run}
-        request = model.tensor_request()
+        sides = {s: {"capacity": [], "probes": [], "curve": [], "at_cpu_rate": []} for s in run}
         for round_ in range(args.rounds):
             for side in run if round_ % 2 == 0 else reversed(run):
-                record = sides[side]
+                record: dict[str, Any] = sides[side]
+                request = model.request_for(side)
                 print(f"  round {round_ + 1} {side} (load average {load_average():.2f})", flush=True)
                 server = self.server(side, model)
                 try:
                     self.http(server.url, request, 0.4 * args.top * ceiling, 2.0)  # warm-up: batch shapes, JIT
+                    if args.cpu_rate > 0:
+                        record["at_cpu_rate"].append(self.http(server.url, request, args.cpu_rate, server=server))
                     if round_ == 0:
                         one = self.load.run(op="one_at_a_time", url=server.url, body=request[0],
                                             headers=request[1], count=args.one_count, warmup=30)  # fmt: skip
                         record["one_at_a_time_ms"] = one
                         for fraction in args.curve:
-                            record["curve"].append(self.http(server.url, request, fraction * ceiling))
-                    probe = partial(self.http, server.url, request, abort=True)
+                            record["curve"].append(self.http(server.url, request, fraction * ceiling, server=server))
+                    probe = partial(self.http, server.url, request, abort=True, server=server)
                     found = capacity(probe, record["capacity"], ceiling, record["probes"], args.floor, args.top)
                     record["capacity"].append(found)
                     print(f"    capacity {found:.0f}/s", flush=True)
@@ -189,9 +207,11 @@ class Bench:
                     server.stop()
         for record in sides.values():
             record["median_capacity"] = statistics.median(record["capacity"])
+            at_rate = [p["server_cpu_ms_per_request"] for p in record["at_cpu_rate"]]
+            record["median_server_cpu_ms_at_cpu_rate"] = median_of(at_rate)
         result: dict[str, Any] = {"model": model.title, "alone": alone, "max_batch_size": model.max_batch_size,
                                   "why_unbatched": model.why_unbatched, "sides": sides}  # fmt: skip
-        if args.mqtt_rounds:
+        if args.mqtt_rounds and "edge" in args.sides:
             result["mqtt"] = self.mqtt(model, ceiling)
         return result
 
@@ -230,73 +250,6 @@ class Bench:
         return routes
 
 
-# -- the report ---------------------------------------------------------------------------------------
-
-
-def at_capacity(probes: list[dict[str, Any]], rate: float) -> dict[str, Any] | None:
-    """The passing probe at `rate` (the capacity a round found), for its p50/p99."""
-    return next((p for p in reversed(probes) if passes(p) and abs(p["offered"] - rate) < 1e-6), None)
-
-
-def ratio(ours: float, theirs: float) -> str:
-    return f"{ours / theirs:.2f}" if theirs > 0 else "no capacity to compare"
-
-
-def report(everything: list[dict[str, Any]], sides: list[str]) -> str:
-    results = [result for result in everything if result["sides"]]
-    lines = ["### Capacity at p99 ≤ 50 ms (requests/s, median of rounds; rounds in brackets)", ""]
-    ratios = [other for other in ("triton", "naive") if "edge" in sides and other in sides]
-    lines += ["| model | " + " | ".join(sides + [f"edge/{other}" for other in ratios]) + " |"]
-    lines += ["|---" * (len(sides) + len(ratios) + 1) + "|"]
-    for result in results:
-        s = result["sides"]
-        cells = [f"**{s[x]['median_capacity']:.0f}** ({' '.join(f'{c:.0f}' for c in s[x]['capacity'])})" for x in sides]
-        cells += [ratio(s["edge"]["median_capacity"], s[o]["median_capacity"]) for o in ratios]
-        lines.append(f"| {result['model']} | " + " | ".join(cells) + " |")
-    lines += ["", "### p50 / p99 latency (ms) against offered load (round 1; achieved rate where under 95%)", ""]
-    for result in results:
-        lines += [f"{result['model']}, the model alone: {result['alone']['async_fps']:.0f} inferences/s", ""]
-        lines += ["| offered /s | " + " | ".join(sides) + " |", "|---" * (len(sides) + 1) + "|"]
-        curves = [result["sides"][x]["curve"] for x in sides]
-        for points in zip(*curves, strict=True):
-            cells = []
-            for point in points:
-                shown = f"{point['p50']:.1f} / {point['p99']:.1f}" if point["p99"] is not None else "no answers"
-                if point["achieved"] < 0.95 * point["offered"]:
-                    shown += f" (achieved {point['achieved']:.0f})"
-                cells.append(shown)
-            lines.append(f"| {points[0]['offered']:.0f} | " + " | ".join(cells) + " |")
-        lines.append("")
-    lines += ["### One request at a time: median latency (ms)", ""]
-    lines += ["| model | synchronous, as served | synchronous, latency hint | " + " | ".join(sides) + " |"]
-    lines += ["|---" * (len(sides) + 3) + "|"]
-    for result in results:
-        alone = result["alone"]
-        cells = [f"{result['sides'][x]['one_at_a_time_ms']['median']:.2f}" for x in sides]
-        first = f"| {result['model']} | {alone['sync_served_ms']:.2f} | {alone['sync_latency_hint_ms']:.2f} | "
-        lines.append(first + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "### MQTT 5 request/response beside HTTP, edge_runtime, the same JPEG body (capacity at p99 ≤ 50 ms)",
-        "",
-    ]
-    lines += ["| model | server | HTTP /s | p50 / p99 ms | MQTT /s | p50 / p99 ms |", "|---|---|---|---|---|---|"]
-    for result in everything:
-        sides_done = sorted({route.split()[0] for route in result.get("mqtt", {})})
-        for side in sides_done:
-            cells = []
-            for route in ("http", "mqtt"):
-                record = result["mqtt"][f"{side} {route}"]
-                probe = at_capacity(record["probes"], record["capacity"][-1])
-                latency = f"{probe['p50']:.1f} / {probe['p99']:.1f}" if probe else "-"
-                cells += [
-                    f"{record['median_capacity']:.0f} ({' '.join(f'{c:.0f}' for c in record['capacity'])})",
-                    latency,
-                ]
-            lines.append(f"| {result['model']} | {side} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
@@ -307,6 +260,8 @@ def main() -> None:
     parser.add_argument("--curve", type=float, nargs="+", default=[0.25, 0.5, 0.75, 1.0],
                         help="offered loads, as fractions of the model's own async throughput")  # fmt: skip
     parser.add_argument("--one-count", type=int, default=200, help="requests one at a time")
+    parser.add_argument("--cpu-rate", type=float, default=100.0,
+                        help="each round, a probe at this rate for the CPU time per request; 0 skips it")  # fmt: skip
     parser.add_argument("--mqtt-rounds", type=int, default=2, help="0 skips the MQTT part")
     parser.add_argument("--floor", type=float, default=0.1, help="where the search gives up, × the model's throughput")
     parser.add_argument("--top", type=float, default=1.5, help="where the search starts, × the model's throughput")
@@ -329,7 +284,7 @@ def main() -> None:
     finally:
         bench.load.close()
     args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1))
-    print("\n" + report(results, args.sides))
+    print("\n" + report(results, args.sides, args.cpu_rate))
     print(f"\n{time.monotonic() - started:.0f} s; results in {args.json}")
 
 

@@ -31,14 +31,23 @@ REPO = BENCH.parent
 CACHE = BENCH / ".cache" / "serving"
 VENV = BENCH / ".cache" / "triton-venv"
 PYTRITON = "nvidia-pytriton==0.5.14"  # embeds Triton Inference Server 2.51.0
+LITSERVE = "litserve==0.2.19"
+GRANIAN = "granian==2.8.7"
 HOST = "127.0.0.1"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def venv_python() -> Path:
-    """The bench's own venv (PyTriton pins numpy and tritonclient versions of its own), made on first use."""
+    """The bench's own venv (PyTriton pins numpy and tritonclient versions of its own), made on first use:
+    the competitors (PyTriton, whose wheel also ships Triton's server binary; FastAPI on uvicorn with
+    httptools and uvloop; LitServe, with python-multipart for its form bodies; granian for the HTTP stack
+    bench) and the load generator's aiohttp, hdrhistogram and paho-mqtt."""
     python = VENV / "bin" / "python"
     stamp = VENV / ".serving-stamp"
-    wanted = f"{PYTRITON} openvino=={version('openvino')} fastapi uvicorn[standard] hdrhistogram aiohttp paho-mqtt"
+    wanted = (
+        f"{PYTRITON} openvino=={version('openvino')} fastapi uvicorn[standard] {LITSERVE} python-multipart"
+        f" {GRANIAN} hdrhistogram aiohttp paho-mqtt"
+    )
     if stamp.is_file() and stamp.read_text() == wanted:
         return python
     print(f"setting up {VENV} (once): {wanted}", flush=True)
@@ -115,6 +124,22 @@ class Model:
         headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(length)}
         return str(CACHE / f"{self.name}.tensor"), headers
 
+    def multipart_request(self) -> tuple[str, dict[str, str]]:
+        """The binary tensor request as the `request` part of a multipart/form-data body (for LitServe, whose
+        routes read JSON or forms), its header's length in the `header_length` part: 257 bytes more."""
+        tensor, headers = self.tensor_request()
+        boundary = "serving-bench-boundary"
+        head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"header_length\"\r\n\r\n"
+                f"{headers['Inference-Header-Content-Length']}\r\n--{boundary}\r\n"
+                'Content-Disposition: form-data; name="request"; filename="request.bin"\r\n'
+                "Content-Type: application/octet-stream\r\n\r\n")  # fmt: skip
+        path = CACHE / f"{self.name}.multipart"
+        path.write_bytes(head.encode() + Path(tensor).read_bytes() + f"\r\n--{boundary}--\r\n".encode())
+        return str(path), {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+
+    def request_for(self, side: str) -> tuple[str, dict[str, str]]:
+        return self.multipart_request() if side == "litserve" else self.tensor_request()
+
     def image_request(self) -> tuple[str, dict[str, str]]:
         return str(CACHE / f"{self.name}.jpeg"), {"Content-Type": "image/jpeg"}
 
@@ -137,39 +162,59 @@ def bench_models(names: list[str]) -> list[Model]:
 # -- processes -----------------------------------------------------------------------------------------
 
 
+def session_cpu_seconds(session: int) -> float:
+    """CPU time (user and system) so far of every process in a session, its reaped children included."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session:  # the session id (field 6)
+            total += sum(int(field) for field in fields[11:15])  # utime, stime, cutime, cstime
+    return total / CLOCK_TICKS
+
+
+PROJECT_SIDES = ("edge", "edge-latency")  # run in the project's venv; the others in the bench's
+
+
 class Server:
     """One side's server process, ready to answer once constructed; `stop` ends its whole session."""
 
     def __init__(self, side: str, model: Model, delay_ms: float, log: Path, mqtt_port: int | None = None) -> None:
+        from serving_competitors import tuning
+
         self.side = side
         self.port = free_port(3)
         env = dict(os.environ)
-        if side.startswith("edge"):
+        if side in PROJECT_SIDES:
             python, env["PYTHONPATH"] = sys.executable, str(REPO)
-            where = ["--package", str(model.package)]
-            if side == "edge-latency":
-                where += ["--hint", "latency"]
+            where = ["--package", str(model.package)] + (["--hint", "latency"] if side == "edge-latency" else [])
         else:
             python, env["LD_LIBRARY_PATH"] = str(venv_python()), libpython_dir()
             where = ["--xml", str(model.xml)]
-        command = [python, str(BENCH / "serving_servers.py"), side.split("-")[0], "--name", model.name, *where]
+        command = [python, str(BENCH / "serving_servers.py"), "edge" if side in PROJECT_SIDES else side]
+        command += ["--name", model.name, *where, "--port", str(self.port)]
         command += [
-            "--port",
-            str(self.port),
             "--max-batch-size",
             str(model.max_batch_size),
             "--delay-ms",
             str(delay_ms),
+            *tuning(side, model.name),
         ]
         if mqtt_port is not None:
             command += ["--mqtt-port", str(mqtt_port)]
         with log.open("ab") as out:
+            out.write(f"\n$ {' '.join(command)}\n".encode())
+            out.flush()
             self.process = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         self.url = f"http://{HOST}:{self.port}/v2/models/{model.name}/infer"
         self.ready_url = f"http://{HOST}:{self.port}/v2/models/{model.name}/ready"
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 150
         try:
             while not self._ready():
                 if self.process.poll() is not None or time.monotonic() > deadline:
@@ -178,6 +223,10 @@ class Server:
         except BaseException:
             self.stop()  # also when the bench itself is stopped meanwhile
             raise
+
+    def cpu_seconds(self) -> float:
+        """CPU time so far of the server's processes: the server, Triton's Python stubs, LitServe's workers."""
+        return session_cpu_seconds(self.process.pid)
 
     def _ready(self) -> bool:
         try:
@@ -234,7 +283,9 @@ class LoadGenerator:
 
 def model_alone(model: Model, seconds: float) -> dict[str, float]:
     """Median synchronous latency of one request (ms), compiled as the servers compile it and under the
-    latency hint, on the same input; and the throughput (inferences/s) of OpenVINO's async queue."""
+    latency hint, on the same input; the throughput (inferences/s) of OpenVINO's async queue; and the CPU
+    time one inference costs in-process (ms, all threads), synchronously under each hint and in the queue:
+    what a server's CPU time per request holds besides serving it."""
     import openvino as ov
 
     core = ov.Core()
@@ -244,25 +295,27 @@ def model_alone(model: Model, seconds: float) -> dict[str, float]:
         ir.reshape({port: ov.PartialShape([ov.Dimension(), *list(port.get_partial_shape())[1:]]) for port in ir.inputs})
     f32 = {"INFERENCE_PRECISION_HINT": "f32"}
     result = {}
-    for name, hint in (("sync_served_ms", "THROUGHPUT"), ("sync_latency_hint_ms", "LATENCY")):
+    for name, hint in (("sync_served", "THROUGHPUT"), ("sync_latency_hint", "LATENCY")):
         request = core.compile_model(ir, "CPU", {"PERFORMANCE_HINT": hint, **f32}).create_infer_request()
         for _ in range(30):
             request.infer([array])
-        times = []
+        times, cpu = [], time.process_time()
         for _ in range(300):
             started = time.perf_counter()
             request.infer([array])
             times.append((time.perf_counter() - started) * 1000)
-        result[name] = statistics.median(times)
+        result[f"{name}_cpu_ms"] = (time.process_time() - cpu) / 300 * 1000
+        result[f"{name}_ms"] = statistics.median(times)
     compiled = core.compile_model(ir, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT", **f32})
     queue = ov.AsyncInferQueue(compiled, int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
-    done, started = 0, time.perf_counter()
+    done, started, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - started < seconds:
         for _ in range(64):
             queue.start_async([array])
         queue.wait_all()
         done += 64
     result["async_fps"] = done / (time.perf_counter() - started)
+    result["async_cpu_ms"] = (time.process_time() - cpu) / done * 1000
     return result
 
 

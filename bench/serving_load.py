@@ -15,9 +15,12 @@ warm-up are sent but not counted.
 With `"abort_ms": 50`, a probe stops as soon as more than 1% of the requests it is to count came back
 late, failed, or are still unanswered past the bound: its verdict is known, and an overloaded server
 would otherwise take the drain time to answer or time out what it was sent. Each answer holds sent,
-ok, errors, the achieved rate (answers counted per second of the measured window, stretched to the
-last answer when the server falls behind), latency percentiles in ms, and the generator's own CPU
-seconds, since it shares the machine with the server.
+ok, errors, the rate the schedule sent at over the measured window (`sent_rate`: a Poisson schedule's
+count over a few seconds strays from the offered rate by several percent), the achieved rate (answers
+counted per second of the measured window, stretched to the last answer when the server falls behind),
+latency percentiles in ms, the answers counted with the warm-up's (`ok_all`, what the server's CPU time
+went to), and the generator's own CPU seconds (`client_cpu_s`), since it shares the machine's cores
+with the server.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class Tally:
         self.histogram = HdrHistogram(1, 120_000_000, 3)
         self.sent = 0
         self.ok = 0
+        self.ok_all = 0  # answered 200, the warm-up's requests included: what the server's CPU time was spent on
         self.errors: Counter[str] = Counter()
         self.last_answer = 0.0
         self.late = 0  # errors and answers later than the bound
@@ -67,7 +71,9 @@ class Tally:
         result: dict[str, Any] = {
             "offered": rate,
             "sent": self.sent,
+            "sent_rate": self.sent / (window_end - window_start),
             "ok": self.ok,
+            "ok_all": self.ok_all,
             "errors": dict(self.errors),
             "aborted": self.aborted,
             "achieved": self.ok / span if span > 0 else 0.0,
@@ -109,6 +115,7 @@ async def http_open_loop(command: dict[str, Any]) -> dict[str, Any]:
                         error = f"HTTP {answer.status}"
             except (aiohttp.ClientError, asyncio.TimeoutError) as failure:
                 error = type(failure).__name__
+            tally.ok_all += error is None
             if counted:
                 inflight.pop(index, None)
                 tally.answered(scheduled, loop.time(), error, bound_s)

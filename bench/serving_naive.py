@@ -6,13 +6,12 @@ model and answers. No batching and one request in flight, since the handler hold
 the model runs. Run by `serving_servers.py naive`; kept apart so that FastAPI sees its annotations.
 """
 
-import json
 import os
 from pathlib import Path
 
-import numpy as np
 import openvino as ov
 from fastapi import FastAPI, Request, Response  # type: ignore[import-not-found, unused-ignore]
+from serving_tensors import HEADER_LENGTH, answer, read_request
 
 MODEL = Path(os.environ["NAIVE_MODEL_XML"])
 
@@ -27,28 +26,7 @@ async def ready(name: str) -> dict[str, bool]:
 
 @app.post("/v2/models/{name}/infer")  # type: ignore[untyped-decorator, misc, unused-ignore]
 async def infer(name: str, request: Request) -> Response:
-    body = await request.body()
-    length = int(request.headers["inference-header-content-length"])
-    header = json.loads(body[:length])
-    arrays, offset = [], length
-    for tensor in header["inputs"]:
-        size = tensor["parameters"]["binary_data_size"]
-        arrays.append(np.frombuffer(body, np.float32, size // 4, offset).reshape(tensor["shape"]))
-        offset += size
+    arrays = read_request(await request.body(), int(request.headers[HEADER_LENGTH]))
     results = compiled(arrays)
-    rows, chunks = [], []
-    for port in compiled.outputs:
-        data = results[port].tobytes()
-        shape = list(results[port].shape)
-        rows.append(
-            {
-                "name": port.get_any_name(),
-                "datatype": "FP32",
-                "shape": shape,
-                "parameters": {"binary_data_size": len(data)},
-            }
-        )
-        chunks.append(data)
-    head = json.dumps({"model_name": name, "outputs": rows}).encode()
-    headers = {"Inference-Header-Content-Length": str(len(head))}
-    return Response(head + b"".join(chunks), media_type="application/octet-stream", headers=headers)
+    body, headers = answer(name, [(port.get_any_name(), results[port]) for port in compiled.outputs])
+    return Response(body, media_type="application/octet-stream", headers=headers)

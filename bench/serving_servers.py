@@ -1,19 +1,24 @@
-"""The three servers `serving.py` compares, each run as its own process on a loopback port.
+"""The servers `serving.py` compares, each run as its own process on a loopback port.
 
-    edge    edge_runtime's `Serving`: the Open Inference Protocol on Starlette/uvicorn, Triton's batching
-            rule, OpenVINO's async runner; optionally answering MQTT 5 requests too (`--mqtt-port`)
-    triton  PyTriton: Triton's C++ HTTP frontend and dynamic batcher, handing each batch to a Python
-            callable that runs OpenVINO; one model instance per infer request OpenVINO plans for
-    naive   FastAPI + uvicorn calling the compiled model once per request in its handler: what a user
-            writes first, with neither batching nor several requests in flight
+    edge            edge_runtime's `Serving`: the Open Inference Protocol on Starlette/uvicorn, Triton's
+                    batching rule, OpenVINO's async runner; optionally answering MQTT 5 requests too
+                    (`--mqtt-port`); `--hint latency` for the edge-latency side
+    pytriton-basic  PyTriton as first set up: Triton's C++ HTTP frontend and dynamic batcher handing each
+                    batch to a Python callable that runs one synchronous infer request, one model
+                    instance per infer request OpenVINO plans; batches of `--max-batch-size` for
+                    MobileNetV2, none for the face detector
+    naive           FastAPI + uvicorn calling the compiled model once per request in its handler: what a
+                    user writes first, with neither batching nor several requests in flight
+    triton-server, pytriton-tuned, fastapi-async, litserve
+                    the configurations a skilled user would pick: see serving_competitors.py
 
-All three load the same OpenVINO IR on the CPU at an explicit fp32 inference precision. edge and triton
+All load the same OpenVINO IR on the CPU at an explicit fp32 inference precision. edge and pytriton-basic
 compile it alike (throughput hint, the batch dimension freed) with the same `max_batch_size` and queue
 delay; naive compiles it as `compile_model(path, "CPU")` does (latency hint) at batch 1. A server prints
 `ready <port>` once its model's readiness route answers 200, and serves until it is terminated.
 
-edge runs in the project's venv; triton and naive in the bench's own venv (see serving.py), since
-PyTriton pins versions of its own.
+edge runs in the project's venv; the others in the bench's own venv (see serving.py), since PyTriton pins
+versions of its own.
 """
 
 from __future__ import annotations
@@ -103,7 +108,7 @@ def serve_edge(args: argparse.Namespace) -> None:
             connection.stop()
 
 
-# -- PyTriton ----------------------------------------------------------------------------------------------
+# -- PyTriton, basic ----------------------------------------------------------------------------------------------
 
 
 def compiled_for_serving(xml: Path, batched: bool) -> Any:
@@ -119,7 +124,7 @@ def compiled_for_serving(xml: Path, batched: bool) -> Any:
     return core.compile_model(model, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT", **F32})
 
 
-def serve_triton(args: argparse.Namespace) -> None:
+def serve_pytriton_basic(args: argparse.Namespace) -> None:
     from pytriton.decorators import batch  # type: ignore[import-not-found, unused-ignore]
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor  # type: ignore[import-not-found, unused-ignore]
     from pytriton.triton import Triton, TritonConfig  # type: ignore[import-not-found, unused-ignore]
@@ -182,19 +187,36 @@ def serve_naive(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import serving_competitors as competitors
+
+    serve = {
+        "edge": serve_edge,
+        "pytriton-basic": serve_pytriton_basic,
+        "naive": serve_naive,
+        "triton-server": competitors.serve_triton_server,
+        "pytriton-tuned": competitors.serve_pytriton_tuned,
+        "fastapi-async": competitors.serve_fastapi_async,
+        "litserve": competitors.serve_litserve,
+    }
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("side", choices=["edge", "triton", "naive"])
+    parser.add_argument("side", choices=list(serve))
     parser.add_argument("--name", required=True, help="the model's name in URLs")
-    parser.add_argument("--xml", type=Path, help="the OpenVINO IR (triton, naive)")
+    parser.add_argument("--xml", type=Path, help="the OpenVINO IR (all but edge)")
     parser.add_argument("--package", type=Path, help="the model package (edge)")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--max-batch-size", type=int, default=8)
-    parser.add_argument("--delay-ms", type=float, default=2.0)
+    parser.add_argument("--max-batch-size", type=int, default=8, help="edge, pytriton-basic")
+    parser.add_argument("--delay-ms", type=float, default=2.0, help="how long a batcher waits for more requests")
+    parser.add_argument("--group", type=int, default=8, help="requests a batcher gathers for one call; 0: none")
+    parser.add_argument("--join", choices=["concat", "side-by-side"], default="side-by-side",
+                        help="joined into one batch, or side by side on OpenVINO's streams")  # fmt: skip
+    parser.add_argument("--instances", type=int, default=2, help="triton-server, pytriton-tuned: model instances")
+    parser.add_argument("--workers", type=int, default=1, help="litserve: inference worker processes")
     parser.add_argument("--mqtt-port", type=int, help="edge: also answer MQTT requests via this broker")
     parser.add_argument("--device-id", default="bench-box")
     parser.add_argument("--hint", choices=["latency", "throughput"], help="edge: the served model's hint")
     args = parser.parse_args()
-    {"edge": serve_edge, "triton": serve_triton, "naive": serve_naive}[args.side](args)
+    serve[args.side](args)
 
 
 if __name__ == "__main__":
