@@ -7,7 +7,6 @@ variants on inputs the model never sees in service.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +19,7 @@ from converters.errors import ConversionError
 from converters.sources import SourceModel
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.config.base import describe_validation_error
-from edge_runtime.errors import EdgeRuntimeError
-from edge_runtime.package.manifest import DecoderSpec, InputSpec, Task
+from edge_runtime.package.manifest import InputSpec
 
 _MANIFEST_DTYPES = ("float32", "float16", "uint8", "int8", "int32", "int64")
 
@@ -137,52 +135,3 @@ def _guess_layout(shape: tuple[int, ...]) -> str:
 
 def _manifest_dtype(tensor: TensorSpec) -> str:
     return tensor.dtype if tensor.dtype in _MANIFEST_DTYPES else "float32"
-
-
-def parse_labels(value: str | None) -> tuple[str, ...]:
-    """Labels from a file (one per line) or a comma-separated list."""
-    if not value:
-        return ()
-    path = Path(value)
-    if path.is_file():
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as error:
-            raise ConversionError(f"cannot read labels file {path}: {error}") from None
-        labels = tuple(line.strip() for line in lines if line.strip())
-        if not labels:
-            raise ConversionError(f"labels file {path} is empty")
-        return labels
-    return tuple(label.strip() for label in value.split(",") if label.strip())
-
-
-def parse_task(value: str | None, labelled: bool) -> Task:
-    """The task named, else classification when labels or class indices are given, else raw."""
-    if value is None:
-        return Task.CLASSIFICATION if labelled else Task.RAW
-    try:
-        return Task(value)
-    except ValueError:
-        known = ", ".join(task.value for task in Task)
-        raise ConversionError(f"--task {value!r} is not a task; choose one of {known}") from None
-
-
-def parse_decoder(name: str | None, params_json: str | None, labels: tuple[str, ...]) -> DecoderSpec | None:
-    """The decoder spec, checked by building the decoder the runtime would build."""
-    if name is None:
-        if params_json:
-            raise ConversionError("--decoder-params needs --decoder NAME")
-        return None
-    try:
-        params = json.loads(params_json) if params_json else {}
-    except json.JSONDecodeError as error:
-        raise ConversionError(f"--decoder-params is not valid JSON: {error}") from None
-    if not isinstance(params, dict):
-        raise ConversionError("--decoder-params must be a JSON object")
-    from edge_runtime.decoders import make_decoder
-
-    try:
-        make_decoder(name, params, labels)
-    except EdgeRuntimeError as error:
-        raise ConversionError(f"--decoder {name}: {error}") from None
-    return DecoderSpec(name=name, params=params)

@@ -20,14 +20,7 @@ import numpy as np
 from converters.annotations import check_detection_decoder, detection_task, load_annotated_images
 from converters.calibration import SampleSet, load_calibration, load_validation, synthetic_samples
 from converters.context import BuildContext, Builder, QuantizationSettings
-from converters.describe import (
-    InputFlags,
-    build_input_specs,
-    model_tensors,
-    parse_decoder,
-    parse_labels,
-    parse_task,
-)
+from converters.describe import InputFlags, build_input_specs, model_tensors
 from converters.detection_metrics import DetectionAccuracy
 from converters.errors import ConversionError, VariantSkippedError
 from converters.evaluate import (
@@ -52,6 +45,7 @@ from converters.ultralytics_exports import model_hints
 from converters.variants import BUILDERS, check_variant_ids, default_variants
 from edge_runtime.errors import BackendUnavailableError
 from edge_runtime.package.loader import ModelPackage, open_package
+from edge_runtime.package.maker import parse_decoder, parse_labels, parse_task
 from edge_runtime.package.manifest import (
     DEFAULT_DROP_THRESHOLD,
     MANIFEST_NAME,

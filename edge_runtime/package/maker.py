@@ -14,7 +14,6 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -26,7 +25,7 @@ from edge_runtime.package.manifest import DecoderSpec, InputSpec, Manifest, Task
 from edge_runtime.package.ultralytics import ModelHints, export_hints, read_export_metadata
 from edge_runtime.package.writer import describe_variant, write_package
 
-__all__ = ["PackageRequest", "make_package", "parse_labels"]
+__all__ = ["PackageRequest", "make_package", "parse_decoder", "parse_labels", "parse_task"]
 
 
 @dataclass(frozen=True)
@@ -49,8 +48,47 @@ def parse_labels(value: str | None) -> tuple[str, ...]:
         return ()
     path = Path(value)
     if path.is_file():
-        return tuple(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            raise EdgeRuntimeError(f"cannot read labels file {path}: {error}") from None
+        labels = tuple(line.strip() for line in lines if line.strip())
+        if not labels:
+            raise EdgeRuntimeError(f"labels file {path} is empty")
+        return labels
     return tuple(label.strip() for label in value.split(",") if label.strip())
+
+
+def parse_task(value: str | None, labelled: bool) -> Task:
+    """The task named, else classification when labels or class indices are given, else raw."""
+    if value is None:
+        return Task.CLASSIFICATION if labelled else Task.RAW
+    try:
+        return Task(value)
+    except ValueError:
+        known = ", ".join(task.value for task in Task)
+        raise EdgeRuntimeError(f"--task {value!r} is not a task; choose one of {known}") from None
+
+
+def parse_decoder(name: str | None, params_json: str | None, labels: tuple[str, ...]) -> DecoderSpec | None:
+    """The decoder spec, checked by building the decoder the runtime would build."""
+    from edge_runtime.decoders import make_decoder
+
+    if name is None:
+        if params_json:
+            raise EdgeRuntimeError("--decoder-params needs --decoder NAME")
+        return None
+    try:
+        params = json.loads(params_json) if params_json else {}
+    except json.JSONDecodeError as error:
+        raise EdgeRuntimeError(f"--decoder-params is not valid JSON: {error}") from None
+    if not isinstance(params, dict):
+        raise EdgeRuntimeError("--decoder-params must be a JSON object")
+    try:
+        make_decoder(name, params, labels)
+    except EdgeRuntimeError as error:
+        raise EdgeRuntimeError(f"--decoder {name}: {error}") from None
+    return DecoderSpec(name=name, params=params)
 
 
 def make_package(
@@ -65,8 +103,8 @@ def make_package(
     found = read_export_metadata(model)
     hints = ModelHints() if found is None else export_hints(found[0], found[1], inputs, outputs, warn)
     labels = request.labels or hints.labels
-    task = _task(hints.task_name(request.task))
-    decoder = _decoder(*hints.decoder_choice(request.task, request.decoder, request.decoder_params), labels)
+    task = parse_task(hints.task_name(request.task), labelled=False)
+    decoder = parse_decoder(*hints.decoder_choice(request.task, request.decoder, request.decoder_params), labels)
     specs = _input_specs(hints, inputs) if hints.input_fields else ()
     if out_dir.exists() and any(out_dir.iterdir()):
         raise EdgeRuntimeError(f"{out_dir} is not empty: give a new folder for the package")
@@ -89,34 +127,6 @@ def make_package(
         labels=labels,
         decoder=decoder,
     )
-
-
-def _task(name: str | None) -> Task:
-    if name is None:
-        return Task.RAW
-    try:
-        return Task(name)
-    except ValueError:
-        known = ", ".join(t.value for t in Task)
-        raise EdgeRuntimeError(f"--task {name!r} is not a task; known: {known}") from None
-
-
-def _decoder(name: str | None, params_json: str | None, labels: tuple[str, ...]) -> DecoderSpec | None:
-    """The decoder spec, checked by building the decoder the box would build from it."""
-    from edge_runtime.decoders import make_decoder
-
-    if name is None:
-        if params_json:
-            raise EdgeRuntimeError("--decoder-params needs --decoder")
-        return None
-    try:
-        params: Any = json.loads(params_json) if params_json else {}
-    except json.JSONDecodeError as error:
-        raise EdgeRuntimeError(f"--decoder-params is not JSON: {error}") from None
-    if not isinstance(params, dict):
-        raise EdgeRuntimeError("--decoder-params must be a JSON object")
-    make_decoder(name, params, labels)
-    return DecoderSpec(name=name, params=params)
 
 
 def _input_specs(hints: ModelHints, inputs: Sequence[TensorSpec]) -> tuple[InputSpec, ...]:

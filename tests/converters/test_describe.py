@@ -6,17 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from converters.describe import (
-    InputFlags,
-    build_input_specs,
-    model_tensors,
-    parse_decoder,
-    parse_labels,
-    parse_task,
-)
+from converters.describe import InputFlags, build_input_specs, model_tensors
 from converters.errors import ConversionError
 from converters.sources import detect_source
 from edge_runtime.backends.base import TensorSpec
+from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.package.maker import parse_decoder, parse_labels, parse_task
 from edge_runtime.package.manifest import Task
 
 IMAGE = TensorSpec("image", (None, 3, 224, 224), "float32")
@@ -77,14 +72,14 @@ def test_labels_from_file_or_list(tmp_path: Path) -> None:
     assert parse_task(None, labelled=True) is Task.CLASSIFICATION
     assert parse_task(None, labelled=False) is Task.RAW
     assert parse_task("detection", labelled=True) is Task.DETECTION
-    with pytest.raises(ConversionError, match="--task 'clasification' is not a task"):
+    with pytest.raises(EdgeRuntimeError, match="--task 'clasification' is not a task"):
         parse_task("clasification", labelled=False)
 
 
 def test_decoder_is_checked_by_the_runtime() -> None:
     spec = parse_decoder("classification", '{"top_k": 3}', ("a", "b", "c", "d"))
     assert spec is not None and spec.params == {"top_k": 3}
-    with pytest.raises(ConversionError, match="unknown decoder 'nope'"):
+    with pytest.raises(EdgeRuntimeError, match="unknown decoder 'nope'"):
         parse_decoder("nope", None, ())
-    with pytest.raises(ConversionError, match="--decoder-params is not valid JSON"):
+    with pytest.raises(EdgeRuntimeError, match="--decoder-params is not valid JSON"):
         parse_decoder("classification", "{top_k: 3}", ())

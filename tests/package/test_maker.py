@@ -96,7 +96,7 @@ def test_a_model_without_metadata_takes_the_users_task_labels_and_decoder(tmp_pa
         (["--decoder-params", '{"top_k": 1}'], "--decoder-params needs --decoder"),
         (["--decoder", "classification", "--decoder-params", "[1]"], "--decoder-params must be a JSON object"),
         (["--decoder", "nonesuch"], "nonesuch"),
-        (["--task", "juggling"], "--task 'juggling' is not a task; known: "),
+        (["--task", "juggling"], "--task 'juggling' is not a task; choose one of "),
     ],
 )
 def test_bad_choices_are_one_line_and_status_2(tmp_path: Path, args: list[str], said: str) -> None:
