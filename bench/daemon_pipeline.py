@@ -195,7 +195,7 @@ def video_naive(broker: Mosquitto, clip: Path, frames: int) -> float:
     client.connect(broker.host, broker.port)
     client.loop_start()
     runtime = RuntimeInfo(model.backend.runs_on.backend, model.backend.runs_on.device, model.backend.runs_on.precision)
-    info = ModelInfo(model.package.name, model.package.manifest.version, VARIANT, "-")
+    info = ModelInfo(model.package.name, model.package.manifest.version, VARIANT)
     try:
         started = time.perf_counter()
         capture = cv2.VideoCapture(str(clip), cv2.CAP_FFMPEG)

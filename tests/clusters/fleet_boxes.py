@@ -21,7 +21,6 @@ Protocol with the parent, one JSON object per stdout line:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import heapq
 import json
 import random
@@ -41,7 +40,7 @@ from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.pipeline.results import ModelInfo, RuntimeInfo, StageLatency, build_result, encode
 
 PIPELINE = "faces"
-MODEL = ModelInfo("face_detection_short_range", "1.0.0", "fp32", hashlib.sha256(b"fleet").hexdigest())
+MODEL = ModelInfo("face_detection_short_range", "1.0.0", "fp32")
 RUNTIME = RuntimeInfo("openvino", "CPU", "FP32")
 
 
