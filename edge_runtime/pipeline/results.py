@@ -33,6 +33,15 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
+class FrameSize:
+    """The source frame's size in pixels: what boxes and keypoints are measured in, so a subscriber can scale
+    them to its own picture or to fractions."""
+
+    width: int
+    height: int
+
+
+@dataclass(frozen=True)
 class RuntimeInfo:
     backend: str
     device: str
@@ -88,6 +97,7 @@ def build_result(
     source: str,
     kind: str,
     index: int,
+    frame: FrameSize | None,
     captured_at: float,
     published_at: float,
     model: ModelInfo,
@@ -96,6 +106,7 @@ def build_result(
     task: str,
     result: dict[str, Any],
 ) -> dict[str, Any]:
+    """The result message; `frame` is the source frame's size, None for a window of sensor samples."""
     return {
         "schema_version": SCHEMA_VERSION,
         "id": str(uuid.uuid4()),
@@ -104,6 +115,7 @@ def build_result(
         "source": source,
         "kind": kind,
         "index": index,
+        **({"frame": {"width": frame.width, "height": frame.height}} if frame is not None else {}),
         "captured_at": iso_time(captured_at),
         "published_at": iso_time(published_at),
         "model": vars(model),

@@ -32,6 +32,7 @@ from edge_runtime.package.manifest import InputSpec
 from edge_runtime.pipeline.outputs import Described, MessageSink, Output, PublishPolicy, publish_outputs
 from edge_runtime.pipeline.preprocess import FrameTransform, Preprocessor, preprocessor_for
 from edge_runtime.pipeline.results import (
+    FrameSize,
     ModelInfo,
     RuntimeInfo,
     StageLatency,
@@ -290,6 +291,7 @@ class Pipeline:
                 source=self.source.name,
                 kind="frame" if isinstance(job.item, Frame) else "window",
                 index=job.item.index,
+                frame=_frame_size(job.item),
                 captured_at=job.item.captured_at,
                 published_at=now,
                 model=used.model_info,
@@ -321,3 +323,10 @@ class Pipeline:
                 return False
             self._last_signature = signature
         return True
+
+
+def _frame_size(item: Item) -> FrameSize | None:
+    if not isinstance(item, Frame):
+        return None
+    height, width = item.image.shape[:2]
+    return FrameSize(int(width), int(height))

@@ -148,6 +148,22 @@ def test_each_frame_gives_one_valid_result_in_order_with_boxes_in_source_pixels(
     assert pipeline.stats.results == 3 and pipeline.stats.errors == 0
 
 
+def test_a_result_gives_the_frame_size_and_the_face_detector_s_keypoint_names(
+    face_model: LoadedModel, frames: dict[str, np.ndarray]
+) -> None:
+    """Boxes and keypoints are in source pixels, so each result says the frame's size; the face detector's landmarks
+    carry MediaPipe's names."""
+    _, sink = run(face_model, [frames["face"], frames["shifted"]], PublishPolicy())
+    results = sink.results()
+    assert [m["frame"] for m in results] == [{"width": 512, "height": 512}, {"width": 640, "height": 512}]
+    for message in results:
+        [face] = message["result"]["detections"]
+        assert [point["name"] for point in face["keypoints"]] == [
+            "right_eye", "left_eye", "nose_tip", "mouth_center", "right_ear_tragion", "left_ear_tragion",
+        ]  # fmt: skip
+        assert all(point["in_frame"] for point in face["keypoints"])
+
+
 def test_the_model_s_digests_are_put_once_on_the_retained_model_topic_not_in_results(
     face_model: LoadedModel, frames: dict[str, np.ndarray]
 ) -> None:

@@ -49,6 +49,7 @@ def test_results_arrive_with_the_documented_schema(
     assert first["runtime"]["backend"] == "openvino" and "throughput hint" in daemon.log  # a file not in realtime
     assert [d["label"] for d in first["result"]["detections"]] == ["face"]
     assert first["latency_ms"]["total"] >= first["latency_ms"]["infer"] > 0
+    assert all(m["frame"] == {"width": 640, "height": 480} for m in messages)  # the clip's frames
     landmarks = first["result"]["detections"][0]["keypoints"]
     assert [p["name"] for p in landmarks][:3] == ["right_eye", "left_eye", "nose_tip"]
     assert all("sha256" not in m["model"] for m in messages)
