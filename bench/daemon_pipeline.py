@@ -46,7 +46,7 @@ from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.loader import open_package
 from edge_runtime.pipeline.outputs import PublishPolicy
 from edge_runtime.pipeline.preprocess import ImagePreprocessor
-from edge_runtime.pipeline.results import ModelInfo, RuntimeInfo, StageLatency, build_result, encode
+from edge_runtime.pipeline.results import FrameSize, ModelInfo, RuntimeInfo, StageLatency, build_result, encode
 from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.sources import make_source
 from edge_runtime.sources.configs import FileSourceConfig
@@ -195,7 +195,7 @@ def video_naive(broker: Mosquitto, clip: Path, frames: int) -> float:
     client.connect(broker.host, broker.port)
     client.loop_start()
     runtime = RuntimeInfo(model.backend.runs_on.backend, model.backend.runs_on.device, model.backend.runs_on.precision)
-    info = ModelInfo(model.package.name, model.package.manifest.version, VARIANT, "-")
+    info = ModelInfo(model.package.name, model.package.manifest.version, VARIANT)
     try:
         started = time.perf_counter()
         capture = cv2.VideoCapture(str(clip), cv2.CAP_FFMPEG)
@@ -210,7 +210,8 @@ def video_naive(broker: Mosquitto, clip: Path, frames: int) -> float:
             now, post = time.time(), time.perf_counter() - t2
             latency = StageLatency((t1 - t0) * 1000, (t2 - t1) * 1000, post * 1000, (now - captured) * 1000)
             message = build_result(
-                device_id="naive", pipeline="naive", source="clip", kind="frame", index=count, captured_at=captured,
+                device_id="naive", pipeline="naive", source="clip", kind="frame", index=count,
+                frame=FrameSize(transform.source_width, transform.source_height), captured_at=captured,
                 published_at=now, model=info, runtime=runtime, latency=latency, task="detection",
                 result=decoded.to_dict(),
             )  # fmt: skip

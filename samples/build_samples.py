@@ -43,7 +43,14 @@ def fetch_wheel(requirement: str, into: Path) -> Path:
     return next(into.glob("*.whl"))
 
 
-def ssd_params(strides: list[int], input_size: int, num_keypoints: int) -> dict[str, object]:
+# The keypoints each detector regresses, in its output order, as MediaPipe documents them (right and left are
+# the subject's): BlazeFace's FaceKeyPoint, and BlazePose's detector's four points, from which MediaPipe derives
+# the full-body (points 0 and 1) and upper-body (points 2 and 3) regions.
+FACE_KEYPOINTS = ["right_eye", "left_eye", "nose_tip", "mouth_center", "right_ear_tragion", "left_ear_tragion"]
+POSE_KEYPOINTS = ["mid_hip_center", "full_body_size_rotation", "mid_shoulder_center", "upper_body_size_rotation"]
+
+
+def ssd_params(strides: list[int], input_size: int, keypoint_names: list[str]) -> dict[str, object]:
     """MediaPipe's SSD anchor settings for its BlazeFace/BlazePose detectors."""
     return {
         "num_layers": len(strides),
@@ -54,7 +61,8 @@ def ssd_params(strides: list[int], input_size: int, num_keypoints: int) -> dict[
         "aspect_ratios": [1.0],
         "fixed_anchor_size": True,
         "box_scale": float(input_size),
-        "num_keypoints": num_keypoints,
+        "num_keypoints": len(keypoint_names),
+        "keypoint_names": keypoint_names,
         "score_clip": 100.0,
         "min_score": 0.5,
         "iou_threshold": 0.3,
@@ -68,7 +76,7 @@ MEDIAPIPE_DETECTORS = {
         "size": 128,
         "outputs": ("regressors", "classificators"),
         "labels": ("face",),
-        "decoder": ssd_params([8, 16, 16, 16], 128, 6),
+        "decoder": ssd_params([8, 16, 16, 16], 128, FACE_KEYPOINTS),
         "openvino_ir": True,
     },
     "pose_detection": {
@@ -77,7 +85,7 @@ MEDIAPIPE_DETECTORS = {
         "size": 224,
         "outputs": ("Identity", "Identity_1"),
         "labels": ("person",),
-        "decoder": ssd_params([8, 16, 32, 32, 32], 224, 4),
+        "decoder": ssd_params([8, 16, 32, 32, 32], 224, POSE_KEYPOINTS),
         "openvino_ir": False,  # OpenVINO reads the .tflite itself; an fp32 IR would triple the size
     },
 }

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from edge_runtime.backends.base import TensorSpec
 from edge_runtime.config.base import StrictModel
-from edge_runtime.decoders.decoded import Decoded, Detection, Detections
+from edge_runtime.decoders.decoded import Decoded, Detection, Detections, Landmark
 from edge_runtime.errors import ConfigError, ModelMismatchError
 from edge_runtime.pipeline.preprocess import FrameTransform
 
@@ -21,6 +21,7 @@ __all__ = [
     "DecoderParams",
     "Detection",
     "Detections",
+    "Landmark",
     "dequantize",
     "label_for",
     "select_output",

@@ -55,13 +55,30 @@ class Decoded(ABC):
 
 
 @dataclass(frozen=True)
+class Landmark:
+    """A named point of a detected object (a face's eye), in source-image pixels where the model places it.
+
+    Not clipped: a point the model places beyond the frame's edge (an ear turned out of the picture) keeps its
+    position, and `in_frame` says it is not on the frame, so it is never mistaken for a point on the edge.
+    """
+
+    name: str
+    x: float
+    y: float
+    in_frame: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "x": _round(self.x, 1), "y": _round(self.y, 1), "in_frame": self.in_frame}
+
+
+@dataclass(frozen=True)
 class Detection:
-    """One object, with its box in source-image pixels."""
+    """One object, with its box in source-image pixels, clipped to the frame, and its landmarks, not clipped."""
 
     label: str
     score: float
     box: tuple[float, float, float, float]  # x_min, y_min, x_max, y_max
-    keypoints: tuple[tuple[float, float], ...] = field(default=())
+    keypoints: tuple[Landmark, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -70,7 +87,7 @@ class Detection:
             "box": [_round(v, 1) for v in self.box],
         }
         if self.keypoints:
-            data["keypoints"] = [[_round(x, 1), _round(y, 1)] for x, y in self.keypoints]
+            data["keypoints"] = [point.to_dict() for point in self.keypoints]
         return data
 
 
@@ -151,10 +168,13 @@ class Segmentation(Decoded):
 
 @dataclass(frozen=True)
 class Keypoint:
+    """One keypoint of a subject, in source-image pixels where the model places it; not clipped (see `Landmark`)."""
+
     name: str
-    x: float  # source-image pixels
+    x: float
     y: float
     score: float
+    in_frame: bool = True
 
 
 @dataclass(frozen=True)
@@ -167,7 +187,13 @@ class Keypoints(Decoded):
     def to_dict(self) -> dict[str, Any]:
         return {
             "keypoints": [
-                {"name": k.name, "x": _round(k.x, 1), "y": _round(k.y, 1), "score": _round(k.score, 4)}
+                {
+                    "name": k.name,
+                    "x": _round(k.x, 1),
+                    "y": _round(k.y, 1),
+                    "score": _round(k.score, 4),
+                    "in_frame": k.in_frame,
+                }
                 for k in self.keypoints
             ]
         }

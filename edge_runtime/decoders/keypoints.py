@@ -5,6 +5,8 @@ is the keypoint and its value the score, refined by a quarter pixel towards the 
 heatmap decoders usually do. Regressed coordinates ([1, K * V] or [1, ..., K, V]) give V values per
 keypoint: x and y (`order: yx` for MoveNet-style outputs) in fractions of the input or in input pixels,
 and maybe a score at `score_index` (MoveNet: 2; MediaPipe's pose landmarks: 3, as a logit).
+Keypoints are not clipped to the frame: one the model places beyond its edge (in the letterbox padding, or
+regressed outside the input) keeps its position with `in_frame` false.
 """
 
 from __future__ import annotations
@@ -63,9 +65,10 @@ class KeypointDecoder(Decoder):
         if self.params.activation == "sigmoid":
             scores = sigmoid(scores)
         xs, ys = transform.to_source(x, y)
+        on_frame = transform.in_frame(xs, ys)
         return Keypoints(
             tuple(
-                Keypoint(label_for(self.labels, k), float(xs[k]), float(ys[k]), float(scores[k]))
+                Keypoint(label_for(self.labels, k), float(xs[k]), float(ys[k]), float(scores[k]), bool(on_frame[k]))
                 for k in range(len(scores))
                 if scores[k] >= self.params.min_score
             )

@@ -3,6 +3,11 @@
 The anchors follow MediaPipe's SSD anchor layout (layers of feature maps with per-layer strides and
 an interpolated extra scale), computed once per decoder. Scores go through a clipped sigmoid; boxes
 and keypoints are decoded relative to their anchor, then suppressed with OpenCV's NMS.
+
+Keypoints are named by `keypoint_names`, in the model's order (BlazeFace: right eye, left eye, nose tip,
+mouth center, right ear tragion, left ear tragion, the subject's right and left); without names a keypoint
+is called by its index, "0", "1", ... Boxes are clipped to the frame; keypoints keep their true position
+and say whether it is on the frame (see `Landmark`).
 """
 
 from __future__ import annotations
@@ -15,8 +20,16 @@ import numpy as np
 from pydantic import Field
 
 from edge_runtime.backends.base import TensorSpec
-from edge_runtime.decoders.base import Decoder, DecoderParams, Detection, Detections, dequantize, label_for
-from edge_runtime.errors import ModelMismatchError
+from edge_runtime.decoders.base import (
+    Decoder,
+    DecoderParams,
+    Detection,
+    Detections,
+    Landmark,
+    dequantize,
+    label_for,
+)
+from edge_runtime.errors import ConfigError, ModelMismatchError
 from edge_runtime.pipeline.preprocess import FrameTransform
 
 
@@ -31,7 +44,8 @@ class SsdAnchorParams(DecoderParams):
     fixed_anchor_size: bool = True
     input_size: tuple[int, int] | None = None  # (height, width); default: the model input
     box_scale: float = Field(gt=0)
-    num_keypoints: int = Field(default=0, ge=0)
+    num_keypoints: int = Field(default=0, ge=0)  # default: one per name in keypoint_names
+    keypoint_names: list[str] | None = Field(default=None, min_length=1)  # one per keypoint, in the model's order
     score_clip: float = 100.0
     min_score: float = Field(default=0.5, ge=0.0, le=1.0)
     iou_threshold: float = Field(default=0.3, ge=0.0, le=1.0)
@@ -78,8 +92,18 @@ class SsdAnchorDecoder(Decoder):
     params_type = SsdAnchorParams
 
     def __init__(self, params: SsdAnchorParams, labels: tuple[str, ...]) -> None:
+        names = params.keypoint_names
+        if names is not None and params.num_keypoints not in (0, len(names)):
+            raise ConfigError(
+                f"decoder ssd_anchors: decoder.params.num_keypoints is {params.num_keypoints} but "
+                f"decoder.params.keypoint_names has {len(names)} names (one per keypoint)"
+            )
+        if names is not None and len(set(names)) != len(names):
+            raise ConfigError(f"decoder ssd_anchors: decoder.params.keypoint_names names a keypoint twice: {names}")
         self.params = params
         self.labels = labels
+        self.keypoint_count = params.num_keypoints or len(names or ())
+        self.keypoint_names = tuple(label_for(names or (), k) for k in range(self.keypoint_count))
         self._anchors: np.ndarray | None = None
         self._min_logit = _logit(params.min_score)
 
@@ -121,10 +145,10 @@ class SsdAnchorDecoder(Decoder):
             raise ModelMismatchError("decoder ssd_anchors needs two outputs (box regressors and class scores)")
         first, second = (o.reshape(-1, o.shape[-1]) for o in outputs[:2])
         boxes, scores = (first, second) if first.shape[1] > second.shape[1] else (second, first)
-        if boxes.shape[1] < 4 + 2 * self.params.num_keypoints:
+        if boxes.shape[1] < 4 + 2 * self.keypoint_count:
             raise ModelMismatchError(
                 f"decoder ssd_anchors: box output has {boxes.shape[1]} values per anchor, "
-                f"expected at least {4 + 2 * self.params.num_keypoints}"
+                f"expected at least {4 + 2 * self.keypoint_count}"
             )
         return boxes, scores
 
@@ -140,7 +164,7 @@ class SsdAnchorDecoder(Decoder):
 
     def _decode_boxes(self, raw: np.ndarray, anchors: np.ndarray) -> np.ndarray:
         """Rows of (x_min, y_min, x_max, y_max, kp0x, kp0y, ...) in normalised model coordinates."""
-        count, keypoints = len(raw), self.params.num_keypoints
+        count, keypoints = len(raw), self.keypoint_count
         scaled = raw[:, : 4 + 2 * keypoints] / self.params.box_scale
         centre = scaled[:, 0:2] * anchors[:, 2:4] + anchors[:, 0:2]
         size = scaled[:, 2:4] * anchors[:, 2:4]
@@ -148,12 +172,17 @@ class SsdAnchorDecoder(Decoder):
         return np.concatenate([centre - size / 2, centre + size / 2, points.reshape(count, -1)], axis=1)
 
     def _detection(self, row: np.ndarray, score: float, cls: int, transform: FrameTransform) -> Detection:
-        xs, ys = transform.to_source(row[0::2], row[1::2])
+        box_x, box_y = transform.to_source_clipped(row[0:4:2], row[1:4:2])
+        xs, ys = transform.to_source(row[4::2], row[5::2])
+        on_frame = transform.in_frame(xs, ys)
         return Detection(
             label=label_for(self.labels, cls),
             score=float(score),
-            box=(float(xs[0]), float(ys[0]), float(xs[1]), float(ys[1])),
-            keypoints=tuple((float(x), float(y)) for x, y in zip(xs[2:], ys[2:], strict=True)),
+            box=(float(box_x[0]), float(box_y[0]), float(box_x[1]), float(box_y[1])),
+            keypoints=tuple(
+                Landmark(name, float(x), float(y), bool(inside))
+                for name, x, y, inside in zip(self.keypoint_names, xs, ys, on_frame, strict=True)
+            ),
         )
 
 

@@ -139,7 +139,7 @@ class YoloDecoder(Decoder):
         return [int(i) for i in kept[: p.max_detections]]
 
     def _detection(self, corners: np.ndarray, score: float, cls: int, transform: FrameTransform) -> Detection:
-        xs, ys = transform.to_source(corners[0::2], corners[1::2])
+        xs, ys = transform.to_source_clipped(corners[0::2], corners[1::2])
         return Detection(
             label=label_for(self.labels, cls),
             score=min(max(score, 0.0), 1.0),

@@ -3,6 +3,7 @@
     <prefix>/<device_id>/status                   online / offline (retained; the broker sends offline as the will)
     <prefix>/<device_id>/stats                    counters and rates, every stats interval
     <prefix>/<device_id>/<pipeline>/result        one message per result (schema: result.schema.json)
+    <prefix>/<device_id>/<pipeline>/model         the model the pipeline runs, with its files' sha256 (retained)
     <prefix>/<device_id>/<pipeline>/snapshot      annotated JPEG, rate-limited (retained)
     <prefix>/<device_id>/<pipeline>/mask          segmentation mask PNG (retained)
     <prefix>/<device_id>/infer/<model>            requests for a served model (answered on their reply topic)
@@ -44,6 +45,9 @@ class Topics:
 
     def result(self, pipeline: str) -> str:
         return f"{self.device}/{pipeline}/result"
+
+    def model(self, pipeline: str) -> str:
+        return f"{self.device}/{pipeline}/model"
 
     def snapshot(self, pipeline: str) -> str:
         return f"{self.device}/{pipeline}/snapshot"

@@ -14,7 +14,7 @@ from edge_runtime.decoders.base import Decoder
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.manifest import DecoderSpec, InputSpec
 from edge_runtime.pipeline.outputs import MessageSink, PublishPolicy
-from edge_runtime.pipeline.streaming import Pipeline
+from edge_runtime.pipeline.streaming import Pipeline, RetainedSink
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.sources import make_source
 from edge_runtime.sources.base import SourceContext
@@ -30,6 +30,7 @@ def build_pipeline(
     topics: Topics,
     sink: MessageSink,
     source_context: SourceContext,
+    retained: RetainedSink | None = None,
     on_progress: Callable[[str], None] | None = None,
     on_waiting: Callable[[str, str], None] | None = None,
 ) -> Pipeline:
@@ -43,6 +44,7 @@ def build_pipeline(
         input_spec=input_spec_for(config, model),
         policy=publish_policy(config),
         sink=sink,
+        retained=retained,
         max_in_flight=config.model.max_in_flight,
         on_progress=on_progress,
         on_waiting=on_waiting,

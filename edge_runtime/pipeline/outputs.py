@@ -117,15 +117,16 @@ class SnapshotPublisher:
 
 
 def annotate_jpeg(image: np.ndarray, detections: Sequence[Any], quality: int) -> bytes:
-    """The frame with boxes, labels and keypoints drawn, as JPEG."""
+    """The frame with boxes, labels and the keypoints on the frame drawn, as JPEG."""
     canvas = image.copy()
     for detection in detections:
         x0, y0, x1, y1 = (round(v) for v in detection.box)
         cv2.rectangle(canvas, (x0, y0), (x1, y1), (0, 200, 0), 2)
         caption = f"{detection.label} {detection.score:.2f}"
         cv2.putText(canvas, caption, (x0, max(12, y0 - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 200, 0), 1)
-        for x, y in getattr(detection, "keypoints", ()):
-            cv2.circle(canvas, (int(x), int(y)), 2, (0, 0, 255), -1)
+        for point in getattr(detection, "keypoints", ()):
+            if point.in_frame:
+                cv2.circle(canvas, (int(point.x), int(point.y)), 2, (0, 0, 255), -1)
     ok, encoded = cv2.imencode(".jpg", canvas, [cv2.IMWRITE_JPEG_QUALITY, quality])
     if not ok:
         raise RuntimeError("JPEG encoding failed")

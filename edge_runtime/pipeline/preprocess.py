@@ -18,6 +18,8 @@ from edge_runtime.backends.base import TensorSpec
 from edge_runtime.errors import ConfigError
 from edge_runtime.package.manifest import InputSpec
 
+_IN_FRAME_MARGIN = 0.05  # source pixels
+
 
 @dataclass(frozen=True)
 class FrameTransform:
@@ -33,10 +35,25 @@ class FrameTransform:
     input_height: int
 
     def to_source(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Normalised model coordinates → source pixels, clipped to the image."""
+        """Normalised model coordinates → source pixels, where they truly are: a point the model places in the
+        letterbox padding, or beyond the input's edge, lies outside the frame (below 0 or past its size)."""
         sx = (x * self.input_width - self.offset_x) / self.scale_x
         sy = (y * self.input_height - self.offset_y) / self.scale_y
-        return np.minimum(np.maximum(sx, 0), self.source_width), np.minimum(np.maximum(sy, 0), self.source_height)
+        return sx, sy
+
+    def to_source_clipped(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Normalised model coordinates → source pixels, clipped to the frame: for box corners, so that a box
+        reaching past the frame's edge ends at it and stays a region of the picture."""
+        sx, sy = self.to_source(x, y)
+        return np.clip(sx, 0, self.source_width), np.clip(sy, 0, self.source_height)
+
+    def in_frame(self, sx: np.ndarray, sy: np.ndarray) -> np.ndarray:
+        """Which source-pixel points lie on the frame, its edges included, within half the 0.1 px that result
+        messages round positions to: a point published on the edge is on the frame."""
+        margin = _IN_FRAME_MARGIN
+        across = (sx >= -margin) & (sx <= self.source_width + margin)
+        inside: np.ndarray = across & (sy >= -margin) & (sy <= self.source_height + margin)
+        return inside
 
 
 class Preprocessor(Protocol):

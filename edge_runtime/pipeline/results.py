@@ -4,6 +4,10 @@ The schema is documented as JSON Schema in `edge_runtime/schemas/result.schema.j
 message the tests see is validated against it. Each message carries a unique `id`: delivery is
 at-least-once (a result the broker did not acknowledge before an outage is sent again), so
 consumers drop repeats by id.
+
+What stays the same for every result of a model is left out of the message: the digests of the model's
+files go once to the pipeline's retained model topic (`model_record`), and a result names the model by
+name, version and variant, which identify that record.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from edge_runtime.placement.model import LoadedModel
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -26,7 +30,15 @@ class ModelInfo:
     name: str
     version: str
     variant: str
-    sha256: str
+
+
+@dataclass(frozen=True)
+class FrameSize:
+    """The source frame's size in pixels: what boxes and keypoints are measured in, so a subscriber can scale
+    them to its own picture or to fractions."""
+
+    width: int
+    height: int
 
 
 @dataclass(frozen=True)
@@ -48,8 +60,23 @@ class StageLatency:
 
 def model_info(model: LoadedModel) -> ModelInfo:
     package = model.package
+    return ModelInfo(package.name, package.manifest.version, model.variant_id)
+
+
+def model_record(model: LoadedModel) -> dict[str, Any]:
+    """What a pipeline's retained model topic carries: the model it runs and the digests of the variant's files.
+
+    `sha256` is the variant's first file's digest, as result messages carried it up to schema version 1;
+    `files` has every file's, the weights of a two-file variant (OpenVINO's .xml and .bin) included.
+    """
+    package = model.package
     variant = package.manifest.variants[model.variant_id]
-    return ModelInfo(package.name, package.manifest.version, model.variant_id, variant.files[0].sha256)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        **vars(model_info(model)),
+        "sha256": variant.files[0].sha256,
+        "files": {file.path: file.sha256 for file in variant.files},
+    }
 
 
 def runtime_info(model: LoadedModel) -> RuntimeInfo:
@@ -70,6 +97,7 @@ def build_result(
     source: str,
     kind: str,
     index: int,
+    frame: FrameSize | None,
     captured_at: float,
     published_at: float,
     model: ModelInfo,
@@ -78,6 +106,7 @@ def build_result(
     task: str,
     result: dict[str, Any],
 ) -> dict[str, Any]:
+    """The result message; `frame` is the source frame's size, None for a window of sensor samples."""
     return {
         "schema_version": SCHEMA_VERSION,
         "id": str(uuid.uuid4()),
@@ -86,6 +115,7 @@ def build_result(
         "source": source,
         "kind": kind,
         "index": index,
+        **({"frame": {"width": frame.width, "height": frame.height}} if frame is not None else {}),
         "captured_at": iso_time(captured_at),
         "published_at": iso_time(published_at),
         "model": vars(model),

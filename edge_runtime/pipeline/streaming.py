@@ -8,6 +8,10 @@ The runner hands each finished request's outputs to a bounded post queue, from a
 thread decodes and describes the result, then gives it to each of the pipeline's outputs (see
 `outputs`): the result message to the publisher, which spools it to disk before anything can be lost,
 a snapshot, a mask.
+
+The model a pipeline runs is put on its retained model topic when it starts and after every swap, through
+`retained` (the daemon's `RetainedStates`), so the digests of its files reach a subscriber once rather than
+in every result.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from edge_runtime.backends.base import AsyncRunner, Outputs
 from edge_runtime.decoders.base import Decoder
@@ -27,11 +32,14 @@ from edge_runtime.package.manifest import InputSpec
 from edge_runtime.pipeline.outputs import Described, MessageSink, Output, PublishPolicy, publish_outputs
 from edge_runtime.pipeline.preprocess import FrameTransform, Preprocessor, preprocessor_for
 from edge_runtime.pipeline.results import (
+    FrameSize,
     ModelInfo,
     RuntimeInfo,
     StageLatency,
     build_result,
+    encode,
     model_info,
+    model_record,
     runtime_info,
 )
 from edge_runtime.placement.model import LoadedModel
@@ -40,7 +48,13 @@ from edge_runtime.sources.base import EndOfSource, Frame, Item, Source
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Pipeline", "PublishPolicy"]
+__all__ = ["Pipeline", "PublishPolicy", "RetainedSink"]
+
+
+class RetainedSink(Protocol):
+    """Where a pipeline puts a state whose latest value alone counts, retained: `RetainedStates` in the daemon."""
+
+    def put(self, topic: str, payload: bytes) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -93,6 +107,7 @@ class Pipeline:
         policy: PublishPolicy,
         sink: MessageSink,
         extra_outputs: Sequence[Output] = (),
+        retained: RetainedSink | None = None,
         max_in_flight: int | None = None,
         on_progress: Callable[[str], None] | None = None,
         on_waiting: Callable[[str, str], None] | None = None,
@@ -104,6 +119,8 @@ class Pipeline:
         self.decoder = decoder
         self.policy = policy
         self.outputs = [*publish_outputs(policy, topics, name, sink), *extra_outputs]
+        self._retained = retained
+        self._model_topic = topics.model(name)
         self.stats = PipelineStats(name)
         self.finished = threading.Event()
         self._on_progress = on_progress or (lambda _name: None)
@@ -123,6 +140,7 @@ class Pipeline:
 
     def start(self) -> None:
         self._runner = self.model.backend.async_runner(self._on_inferred, self._max_in_flight)
+        self._announce_model()
         self.source.start()
         self._threads = [
             threading.Thread(target=self._feed, name=f"feed-{self.name}", daemon=True),
@@ -190,7 +208,17 @@ class Pipeline:
         self.model, self.decoder = swap.model, swap.decoder
         self._in_use = _ModelInUse.of(swap.model, swap.decoder)
         self._last_signature = None
+        self._announce_model()
         swap.done.set()
+
+    def _announce_model(self) -> None:
+        """Put the model in use on the retained model topic; a failure is logged, never undoes a start or a swap."""
+        if self._retained is None:
+            return
+        try:
+            self._retained.put(self._model_topic, encode(model_record(self.model)))
+        except Exception:
+            log.exception("pipeline %s: publishing the model in use failed", self.name)
 
     def _feed(self) -> None:
         assert self._runner is not None
@@ -263,6 +291,7 @@ class Pipeline:
                 source=self.source.name,
                 kind="frame" if isinstance(job.item, Frame) else "window",
                 index=job.item.index,
+                frame=_frame_size(job.item),
                 captured_at=job.item.captured_at,
                 published_at=now,
                 model=used.model_info,
@@ -294,3 +323,10 @@ class Pipeline:
                 return False
             self._last_signature = signature
         return True
+
+
+def _frame_size(item: Item) -> FrameSize | None:
+    if not isinstance(item, Frame):
+        return None
+    height, width = item.image.shape[:2]
+    return FrameSize(int(width), int(height))

@@ -230,6 +230,7 @@ class Daemon:
             topics=self.topics,
             sink=self.publisher,
             source_context=self._source_context(),
+            retained=self.states,
             on_progress=self.watchdog.beat,
             on_waiting=self.watchdog.waiting,
         )
@@ -278,6 +279,8 @@ class Daemon:
                 log.warning("reload: the %s section changed; restart the service to apply it", section)
         for name in (*diff.removed, *diff.changed):
             self._stop_pipeline(name, timeout=5.0)
+        for name in diff.removed:  # an empty retained message deletes the broker's: no model for a pipeline gone
+            self.states.put(self.topics.model(name), b"")
         self.config = new
         for name in (*diff.added, *diff.changed):
             self._start_pipeline(new.pipeline(name))

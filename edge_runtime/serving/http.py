@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from edge_runtime import __version__
+from edge_runtime.pipeline.results import model_record
 from edge_runtime.serving.batching import Place, QueueFull
 from edge_runtime.serving.openapi import openapi_document
 from edge_runtime.serving.protocol import (
@@ -147,6 +148,7 @@ def build_app(models: Mapping[str, ServedModel], token: str | None, limits: Http
                     "precision": runs_on.precision,
                     **({"hint": runs_on.details["hint"]} if runs_on.details.get("hint") else {}),
                     "variant": model.model.variant_id,
+                    "sha256": model_record(model.model)["sha256"],  # as a pipeline's model topic has it
                     "max_batch_size": model.max_batch_size,
                     "batching": "joined into batches" if model.max_batch_size > 0 else "concurrent requests",
                     "batching_reason": model.batching.reason,

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from edge_runtime.decoders.base import Decoder
-from edge_runtime.pipeline.preprocess import ImagePreprocessor
-from edge_runtime.pipeline.results import StageLatency, build_result, model_info, runtime_info
+from edge_runtime.pipeline.preprocess import FrameTransform, ImagePreprocessor
+from edge_runtime.pipeline.results import FrameSize, StageLatency, build_result, model_info, runtime_info
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.serving.batch_choice import BatchChoice
 from edge_runtime.serving.batching import InferenceQueue, QueueFull, RequestTimedOut
@@ -50,7 +50,7 @@ class Prepared:
 
     inputs: list[np.ndarray]
     request: InferRequest | None = None  # tensor requests
-    transform: Any = None  # image requests: back to the image's pixels
+    transform: FrameTransform | None = None  # image requests: back to the image's pixels
     started: float = 0.0  # perf_counter at arrival, for the result message's latency
     pre_ms: float = 0.0
 
@@ -126,11 +126,12 @@ class ServedModel:
         return Prepared([request.inputs[t.name] for t in self.model.inputs], request)
 
     def _respond(self, prepared: Prepared, outputs: list[np.ndarray]) -> tuple[bytes, dict[str, str]]:
-        if prepared.request is None:
-            message = self.describe(outputs, prepared.transform, prepared.started, prepared.pre_ms)
-            return json.dumps(message, separators=(",", ":")).encode(), {"Content-Type": "application/json"}
-        named = dict(zip((t.name for t in self.model.outputs), outputs, strict=True))
-        return encode_response(self.name, self.version, prepared.request, named)
+        if prepared.request is not None:
+            named = dict(zip((t.name for t in self.model.outputs), outputs, strict=True))
+            return encode_response(self.name, self.version, prepared.request, named)
+        assert prepared.transform is not None  # a request without tensors is an image's
+        message = self.describe(outputs, prepared.transform, prepared.started, prepared.pre_ms)
+        return json.dumps(message, separators=(",", ":")).encode(), {"Content-Type": "application/json"}
 
     def _prepare_image(self, image: bytes | bytearray | memoryview) -> Prepared:
         started = time.perf_counter()
@@ -141,7 +142,7 @@ class ServedModel:
     def takes_images(self) -> bool:
         return self.model.input_specs[0].spatial_size is not None and len(self.model.inputs) == 1
 
-    def image_tensor(self, encoded: bytes | bytearray | memoryview) -> tuple[np.ndarray, Any]:
+    def image_tensor(self, encoded: bytes | bytearray | memoryview) -> tuple[np.ndarray, FrameTransform]:
         """The image's model input and its transform back to the image's pixels; ProtocolError if it is no image."""
         if not self.takes_images:
             raise ProtocolError(f"model {self.name} takes no images: send its input tensors")
@@ -153,7 +154,9 @@ class ServedModel:
             self._images = ImagePreprocessor(self.model.input_specs[0], self.model.inputs[0])
         return self._images(frame)
 
-    def describe(self, outputs: list[np.ndarray], transform: Any, started: float, pre_ms: float) -> dict[str, Any]:
+    def describe(
+        self, outputs: list[np.ndarray], transform: FrameTransform, started: float, pre_ms: float
+    ) -> dict[str, Any]:
         """The result message for an image's outputs, as the result topic carries it (source: this endpoint)."""
         decode_started = time.perf_counter()
         decoded = self.decoder.decode(outputs, self.model.outputs, transform)
@@ -166,6 +169,7 @@ class ServedModel:
             source="request",
             kind="frame",
             index=next(self._counter),
+            frame=FrameSize(transform.source_width, transform.source_height),
             captured_at=now - total_ms / 1000,
             published_at=now,
             model=model_info(self.model),

@@ -21,7 +21,6 @@ Protocol with the parent, one JSON object per stdout line:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import heapq
 import json
 import random
@@ -38,10 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, where si
 from simulated_boxes import BoxDriver, SimulatedBox
 
 from edge_runtime.mqtt.settings import MqttSettings
-from edge_runtime.pipeline.results import ModelInfo, RuntimeInfo, StageLatency, build_result, encode
+from edge_runtime.pipeline.results import FrameSize, ModelInfo, RuntimeInfo, StageLatency, build_result, encode
 
 PIPELINE = "faces"
-MODEL = ModelInfo("face_detection_short_range", "1.0.0", "fp32", hashlib.sha256(b"fleet").hexdigest())
+MODEL = ModelInfo("face_detection_short_range", "1.0.0", "fp32")
+FRAME = FrameSize(640, 480)
 RUNTIME = RuntimeInfo("openvino", "CPU", "FP32")
 
 
@@ -76,6 +76,7 @@ def result_message(box: SimulatedBox, index: int) -> bytes:
         source="camera (simulated)",
         kind="frame",
         index=index,
+        frame=FRAME,
         captured_at=now - 0.03,
         published_at=now,
         model=MODEL,

@@ -39,7 +39,7 @@ def test_heatmap_peaks_in_source_pixels() -> None:
     assert (left_eye.x, left_eye.y) == (3.75 * 16, 4.5 * 16)  # a quarter cell towards the higher neighbour
     assert (right_eye.x, right_eye.y) == (24.0, 104.0)
     assert result.top_score == pytest.approx(0.6)
-    assert result.to_dict()["keypoints"][0] == {"name": "nose", "x": 88.0, "y": 40.0, "score": 0.9}
+    assert result.to_dict()["keypoints"][0] == {"name": "nose", "x": 88.0, "y": 40.0, "score": 0.9, "in_frame": True}
 
 
 def test_nchw_heatmaps_and_min_score() -> None:
@@ -111,3 +111,20 @@ def test_flat_output_without_a_keypoint_count_is_a_config_error() -> None:
 def test_bad_parameters_name_the_field(params: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=rf"decoder keypoints: {message}"):
         make_decoder("keypoints", params, NAMES)
+
+
+def test_a_keypoint_outside_the_frame_keeps_its_position_and_says_so() -> None:
+    """A 64x32 picture letterboxed into the 64x64 input has 16 padding rows above and below it; a keypoint the model
+    regresses into the top padding, or past the input's right edge, lies outside the frame and is not moved onto it."""
+    letterbox = FrameTransform(64, 32, 1.0, 1.0, 0.0, 16.0, 64, 64)
+    output = np.asarray([[[0.5, 0.5], [0.5, 0.125], [1.25, 0.5]]], np.float32)  # rows of (x, y), normalised
+    result = make_decoder("keypoints", {"format": "coordinates"}, NAMES).decode(
+        [output], [TensorSpec("out", output.shape, "float32")], letterbox
+    )
+    assert isinstance(result, Keypoints)
+    assert [(k.name, k.x, k.y, k.in_frame) for k in result.keypoints] == [
+        ("nose", 32.0, 16.0, True),
+        ("left_eye", 32.0, -8.0, False),  # in the padding above the picture, not on its top edge
+        ("right_eye", 80.0, 16.0, False),  # 16 px right of the 64 px wide frame, not on its right edge
+    ]
+    assert [k["in_frame"] for k in result.to_dict()["keypoints"]] == [True, False, False]

@@ -37,6 +37,19 @@ def test_letterbox_pads_and_maps_back() -> None:
     assert np.allclose(x, [0, 200]) and np.allclose(y, [0, 50])
 
 
+def test_points_outside_the_frame_keep_their_position_and_only_boxes_are_clipped() -> None:
+    """A 200x50 frame letterboxed into 100x100 fills model rows 37..62: a point in the padding lies above or below the
+    frame, where `to_source` leaves it; `to_source_clipped`, for box corners, moves it onto the frame's edge."""
+    pre = make(InputSpec(shape=(1, 3, 100, 100), layout="NCHW", resize="letterbox"))
+    _, transform = pre(np.zeros((50, 200, 3), np.uint8))
+    model_x, model_y = np.array([0.5, 0.5, 1.1, 1.0]), np.array([0.1, 0.5, 0.5, 0.62])
+    x, y = transform.to_source(model_x, model_y)
+    assert np.allclose(x, [100, 100, 220, 200]) and np.allclose(y, [-54, 26, 26, 50])
+    assert transform.in_frame(x, y).tolist() == [False, True, False, True]  # the frame's edges are on it
+    x, y = transform.to_source_clipped(model_x, model_y)
+    assert np.allclose(x, [100, 100, 200, 200]) and np.allclose(y, [0, 26, 26, 50])
+
+
 @pytest.mark.parametrize("resize", ["letterbox", "crop"])
 def test_each_axis_maps_back_with_the_scale_its_rounded_side_got(resize: str) -> None:
     """451 x 300 into 320 x 320 resizes to 320 x 213 (letterbox) or 481 x 320 (crop): across and down the picture is

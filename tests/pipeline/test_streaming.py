@@ -71,6 +71,16 @@ class RecordingSink:
         return [message for message in self.messages if message[0] == topic]
 
 
+class RecordingStates:
+    """Keeps every retained state put to it, as the daemon's RetainedStates would publish them, in order."""
+
+    def __init__(self) -> None:
+        self.puts: list[tuple[str, dict[str, Any]]] = []
+
+    def put(self, topic: str, payload: bytes) -> None:
+        self.puts.append((topic, json.loads(payload)))
+
+
 @pytest.fixture(scope="module")
 def face_model(face_package_dir: Path) -> Iterator[LoadedModel]:
     model = load_model(open_package(face_package_dir), "openvino/fp32", "openvino", {"precision": "fp32"})
@@ -98,8 +108,9 @@ def run(
     policy: PublishPolicy,
     decoder: Decoder | None = None,
     extra_outputs: Sequence[Output] = (),
+    states: RecordingStates | None = None,
 ) -> tuple[Pipeline, RecordingSink]:
-    """Every image through a pipeline to its end, and what reached the sink."""
+    """Every image through a pipeline to its end, and what reached the sink (and `states`, where given)."""
     sink = RecordingSink()
     pipeline = Pipeline(
         name="faces",
@@ -111,6 +122,7 @@ def run(
         policy=policy,
         sink=sink,
         extra_outputs=extra_outputs,
+        retained=states,
     )
     pipeline.start()
     assert pipeline.finished.wait(30)
@@ -134,6 +146,45 @@ def test_each_frame_gives_one_valid_result_in_order_with_boxes_in_source_pixels(
     assert boxes[0] == pytest.approx(boxes[2], abs=1e-3)
     assert all(v >= 0 for v in results[0]["latency_ms"].values())
     assert pipeline.stats.results == 3 and pipeline.stats.errors == 0
+
+
+def test_a_result_gives_the_frame_size_and_the_face_detector_s_keypoint_names(
+    face_model: LoadedModel, frames: dict[str, np.ndarray]
+) -> None:
+    """Boxes and keypoints are in source pixels, so each result says the frame's size; the face detector's landmarks
+    carry MediaPipe's names."""
+    _, sink = run(face_model, [frames["face"], frames["shifted"]], PublishPolicy())
+    results = sink.results()
+    assert [m["frame"] for m in results] == [{"width": 512, "height": 512}, {"width": 640, "height": 512}]
+    for message in results:
+        [face] = message["result"]["detections"]
+        assert [point["name"] for point in face["keypoints"]] == [
+            "right_eye", "left_eye", "nose_tip", "mouth_center", "right_ear_tragion", "left_ear_tragion",
+        ]  # fmt: skip
+        assert all(point["in_frame"] for point in face["keypoints"])
+
+
+def test_the_model_s_digests_are_put_once_on_the_retained_model_topic_not_in_results(
+    face_model: LoadedModel, frames: dict[str, np.ndarray]
+) -> None:
+    states = RecordingStates()
+    _, sink = run(face_model, [frames["face"]] * 3, PublishPolicy(), states=states)
+    for message in sink.results():
+        assert "sha256" not in message["model"] and "sha256" not in json.dumps(message)
+    variant = face_model.package.manifest.variants["openvino/fp32"]
+    assert states.puts == [
+        (
+            "edge/box/faces/model",
+            {
+                "schema_version": 2,
+                "name": "face_detection_short_range",
+                "version": face_model.package.manifest.version,
+                "variant": "openvino/fp32",
+                "sha256": variant.files[0].sha256,
+                "files": {file.path: file.sha256 for file in variant.files},
+            },
+        )
+    ]
 
 
 def test_a_score_threshold_drops_results_below_it_and_empty_ones(
@@ -216,6 +267,7 @@ def test_a_model_swapped_mid_stream_takes_over_between_two_frames(
     """No frame lost or published twice; every result names the model that ran it; the old model finishes its own."""
     replacement = load_model(open_package(face_package_dir), "tflite/fp32", "litert", {"precision": "fp32"})
     sink = RecordingSink()
+    states = RecordingStates()
     images = [frames["face"]] * 400
     source = FramesOnce(images)
     pipeline = Pipeline(
@@ -227,6 +279,7 @@ def test_a_model_swapped_mid_stream_takes_over_between_two_frames(
         input_spec=face_model.input_specs[0],
         policy=PublishPolicy(),
         sink=sink,
+        retained=states,
     )
     try:
         pipeline.start()
@@ -252,6 +305,10 @@ def test_a_model_swapped_mid_stream_takes_over_between_two_frames(
         results[first_new]["result"]["detections"][0]["box"],
     )
     assert old_box == pytest.approx(new_box, abs=2.0)
+    # the retained model topic follows the swap: the model in use, with its own file's digest
+    announced = [(topic, record["variant"], record["sha256"]) for topic, record in states.puts]
+    digests = {v: face_model.package.manifest.variants[v].files[0].sha256 for v in ("openvino/fp32", "tflite/fp32")}
+    assert announced == [("edge/box/faces/model", variant, digest) for variant, digest in digests.items()]
 
 
 def test_a_swap_whose_new_runner_fails_keeps_the_old_model(

@@ -15,10 +15,11 @@ import jsonschema
 import numpy as np
 import pytest
 from broker import Mosquitto, Received, free_port
-from daemon_process import DaemonProcess, NotifyListener, face_pipeline, results
+from daemon_process import FACE_MODEL, DaemonProcess, NotifyListener, face_pipeline, results
 from model_builders import build_window_mean_onnx
 from waiting import wait_for
 
+from edge_runtime.package.loader import open_package
 from edge_runtime.package.manifest import ModelFormat, Precision
 from edge_runtime.package.writer import describe_variant, write_package
 from edge_runtime.pipeline.results import result_schema
@@ -48,6 +49,21 @@ def test_results_arrive_with_the_documented_schema(
     assert first["runtime"]["backend"] == "openvino" and "throughput hint" in daemon.log  # a file not in realtime
     assert [d["label"] for d in first["result"]["detections"]] == ["face"]
     assert first["latency_ms"]["total"] >= first["latency_ms"]["infer"] > 0
+    assert all(m["frame"] == {"width": 640, "height": 480} for m in messages)  # the clip's frames
+    landmarks = first["result"]["detections"][0]["keypoints"]
+    assert [p["name"] for p in landmarks][:3] == ["right_eye", "left_eye", "nose_tip"]
+    assert all("sha256" not in m["model"] for m in messages)
+    # the model's digests are on the pipeline's retained model topic, which a subscriber joining later still gets
+    late = mosquitto.subscribe_collect("edge/test-box/faces/model")
+    assert late.wait_count(1, timeout=10), daemon.log
+    [record] = late.messages
+    variant = open_package(FACE_MODEL).manifest.variants[first["model"]["variant"]]
+    assert record.retain and json.loads(record.payload) == {
+        **first["model"],
+        "schema_version": 2,
+        "sha256": variant.files[0].sha256,
+        "files": {file.path: file.sha256 for file in variant.files},
+    }
     statuses = watcher.payloads("edge/test-box/status")
     assert statuses[0] == b"online" and statuses[-1] == b"offline"
     snapshot = watcher.payloads("edge/test-box/faces/snapshot")[0]
@@ -180,6 +196,7 @@ def test_sighup_restarts_only_changed_pipelines(
     first = face_pipeline(clip(20), source=looping)
     config = write_config(mosquitto, [first])
     watcher = mosquitto.subscribe_collect("edge/test-box/+/result")
+    models = mosquitto.subscribe_collect("edge/test-box/+/model")
     daemon = run_daemon(config)
     assert watcher.wait_count(3, timeout=60), daemon.log
     second = face_pipeline(clip(20), name="door", source=looping)
@@ -189,8 +206,14 @@ def test_sighup_restarts_only_changed_pipelines(
     time.sleep(1)
     faces = [_index(p) for p in watcher.payloads(RESULT_TOPIC)]
     assert faces == sorted(faces) and len(set(faces)) == len(faces)  # never restarted: indices only grow
-    assert daemon.stop() == 0
     assert "reloaded: added ('door',)" in daemon.log
+    assert json.loads(models.payloads("edge/test-box/door/model")[0])["name"] == "face_detection_short_range"
+    write_config(mosquitto, [first])
+    daemon.signal(signal.SIGHUP)  # a pipeline removed leaves no retained model behind
+    assert models.wait_until(lambda m: any(x.topic.endswith("/door/model") and not x.payload for x in m), 60), (
+        daemon.log
+    )
+    assert daemon.stop() == 0
 
 
 def test_bad_config_exits_2_with_the_field(tmp_path: Path, run_daemon: Callable[..., DaemonProcess]) -> None:

@@ -167,6 +167,12 @@ def test_an_image_is_answered_with_the_result_message_of_the_pipeline(
     (face,) = message["result"]["detections"]
     x0, y0, x1, y1 = face["box"]
     assert 150 < x0 < x1 < 320 and 50 < y0 < y1 < 250  # the astronaut's face, in the 512×512 photo's pixels
+    assert message["frame"] == {"width": 512, "height": 512}
+    assert face["keypoints"][0]["name"] == "right_eye" and "sha256" not in message["model"]
+    # the digest the answer leaves out is in the model's metadata, as a pipeline's model topic has it
+    metadata = client(serving).get_model_metadata("faces")
+    variant = open_package(face_package).manifest.variants[message["model"]["variant"]]
+    assert metadata["parameters"]["sha256"] == variant.files[0].sha256
     encoded = base64.b64encode(jpeg).decode()
     request = {"inputs": [{"name": "image", "shape": [1], "datatype": "BYTES", "data": [encoded]}]}
     status, again, _ = post(serving, "/v2/models/faces/infer", json.dumps(request).encode())
