@@ -67,6 +67,17 @@ TOPICS = (
         "result.schema.json",
     ),
     TopicEntry(
+        "model",
+        _t.model("<pipeline>"),
+        "publishes",
+        "1",
+        "yes",
+        "when a pipeline starts, after every model swap (a rollout or a roll-back); emptied when a reload "
+        "removes the pipeline",
+        "a JSON object naming the model the pipeline runs: `name`, `version`, `variant`, the first file's "
+        "`sha256` and every file's digest in `files`; results name the model by name, version and variant",
+    ),
+    TopicEntry(
         "snapshot",
         _t.snapshot("<pipeline>"),
         "publishes",
