@@ -17,9 +17,10 @@ from pydantic import BaseModel, ValidationError
 
 from edge_runtime.config.checks import check_files
 from edge_runtime.config.describe import describe, kind_of
+from edge_runtime.config.directories import default_cache_dir, default_state_dir
 from edge_runtime.config.document import Document, YamlSyntaxError, read_document
 from edge_runtime.config.problems import ConfigFileError, Problem
-from edge_runtime.config.schema import DaemonConfig, default_cache_dir, default_state_dir
+from edge_runtime.config.schema import DaemonConfig
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -57,6 +57,7 @@ def run_daemon(args: argparse.Namespace) -> int:
     faulthandler.enable(all_threads=True)  # a watchdog abort then leaves every thread's stack in the journal
     config = load_config(args.config)
     logging.getLogger().setLevel(config.log_level.upper())
+    log.info("state in %s, cache in %s", config.state_dir, config.cache_dir)
     box = look_at_box(args.root, args.profiles, isolated=True)
     exit_when_done = args.drain_timeout if args.exit_when_done else None
     return Daemon(config, args.config, box, exit_when_done=exit_when_done).run()

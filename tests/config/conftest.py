@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +15,10 @@ import pytest
 import yaml
 
 ConfigWriter = Callable[[Any], Path]
+CommandRunner = Callable[..., subprocess.CompletedProcess[str]]
+REPO = Path(__file__).resolve().parents[2]
+# What systemd sets for the service: a test runs the command as from a shell, unless it sets them itself.
+SERVICE_VARIABLES = ("STATE_DIRECTORY", "CACHE_DIRECTORY", "CREDENTIALS_DIRECTORY", "NOTIFY_SOCKET", "WATCHDOG_USEC")
 
 
 def dump(data: Any) -> str:
@@ -48,3 +55,19 @@ def write_config(tmp_path: Path) -> ConfigWriter:
         return path
 
     return write
+
+
+@pytest.fixture
+def edge_runtime() -> CommandRunner:
+    """Runs `python -m edge_runtime ARGS` as a user would, from the repository; `env` adds or replaces variables."""
+
+    def run(
+        *args: str | Path, env: dict[str, str] | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        environ = {name: value for name, value in os.environ.items() if name not in SERVICE_VARIABLES}
+        command = [sys.executable, "-m", "edge_runtime", *map(str, args)]
+        return subprocess.run(
+            command, cwd=REPO, env=environ | (env or {}), capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    return run

@@ -1,0 +1,81 @@
+"""Where state and cache go: systemd's directories, else the system ones for root, else the user's own XDG ones."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from edge_runtime.config.directories import default_cache_dir, default_state_dir
+
+SAMPLE_VIDEO = Path(__file__).resolve().parents[2] / "samples" / "videos" / "astronaut.mp4"
+
+
+@pytest.mark.parametrize("uid", [0, 1000])
+def test_systemds_directories_come_first(monkeypatch: pytest.MonkeyPatch, uid: int) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: uid)
+    environ = {"STATE_DIRECTORY": "/srv/a:/srv/b", "CACHE_DIRECTORY": "/srv/c", "XDG_STATE_HOME": "/home/u/state"}
+    assert default_state_dir(environ) == Path("/srv/a")
+    assert default_cache_dir(environ) == Path("/srv/c")
+
+
+def test_root_gets_the_services_directories(monkeypatch: pytest.MonkeyPatch) -> None:
+    """So that `bench --select` with sudo stores its choice where the service finds it."""
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    environ = {"HOME": "/root", "XDG_STATE_HOME": "/root/state"}
+    assert default_state_dir(environ) == Path("/var/lib/edge-runtime")
+    assert default_cache_dir(environ) == Path("/var/cache/edge-runtime")
+
+
+def test_anyone_else_gets_their_own_xdg_directories(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert default_state_dir({"HOME": "/home/u"}) == Path("/home/u/.local/state/edge-runtime")
+    assert default_cache_dir({"HOME": "/home/u"}) == Path("/home/u/.cache/edge-runtime")
+    xdg = {"HOME": "/home/u", "XDG_STATE_HOME": "/data/state", "XDG_CACHE_HOME": "/data/cache"}
+    assert default_state_dir(xdg) == Path("/data/state/edge-runtime")
+    assert default_cache_dir(xdg) == Path("/data/cache/edge-runtime")
+    relative = {"HOME": "/home/u", "XDG_STATE_HOME": "state"}  # the XDG spec: relative values are ignored
+    assert default_state_dir(relative) == Path("/home/u/.local/state/edge-runtime")
+
+
+@pytest.fixture
+def as_a_user(tmp_path: Path) -> dict[str, str]:
+    """Environment for a command run as a user without root. Where the tests run as root, the command's
+    interpreter is told it is not (a sitecustomize module): only the choice of directories reads it."""
+    if os.geteuid() != 0:
+        return {}
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\n\nos.geteuid = lambda: 1000\n")
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+
+
+def shell_config(tmp_path: Path, face_package_dir: Path) -> Path:
+    """A config that names no directories, as someone trying the runtime from a shell writes it."""
+    path = tmp_path / "config.yaml"
+    pipeline = {
+        "name": "faces",
+        "source": {"type": "file", "path": str(SAMPLE_VIDEO)},
+        "model": {"path": str(face_package_dir)},
+    }
+    config = {"device_id": "laptop", "mqtt": {"host": "127.0.0.1", "port": 1}, "pipelines": [pipeline]}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_run_from_a_shell_keeps_state_and_cache_in_the_users_directories(
+    tmp_path: Path, face_package_dir: Path, edge_runtime: Any, as_a_user: dict[str, str]
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = as_a_user | {"HOME": str(home), "XDG_STATE_HOME": str(tmp_path / "xdg-state"), "XDG_CACHE_HOME": ""}
+    config = shell_config(tmp_path, face_package_dir)
+    run = edge_runtime("run", "--config", config, "--exit-when-done", "--drain-timeout", "0", env=env, timeout=120)
+    assert run.returncode in (0, 3), run.stderr  # 3: the results wait in the spool for a broker
+    state, cache = tmp_path / "xdg-state" / "edge-runtime", home / ".cache" / "edge-runtime"
+    assert f"INFO edge_runtime: state in {state}, cache in {cache}" in run.stderr.splitlines(), run.stderr
+    assert (state / "spool.sqlite").is_file()
+    assert "Traceback" not in run.stderr
