@@ -5,6 +5,9 @@ Under systemd the unit's StateDirectory= and CacheDirectory= hand the service it
 systemd gets the same system paths, so that `bench --select` run with sudo stores its choice where the
 service finds it. Anyone else gets their own XDG directories: a user trying the runtime from a shell
 cannot write /var/lib, and the service's state is not theirs to change.
+
+Whether a directory can be made and written is asked here too, so that `check-config` and `run` refuse
+an unusable one with its field and path instead of failing at the first write.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ __all__ = [
     "SYSTEM_STATE_DIR",
     "default_cache_dir",
     "default_state_dir",
+    "unusable_directory",
 ]
 
 SYSTEM_STATE_DIR = Path("/var/lib/edge-runtime")
@@ -51,3 +55,22 @@ def _default(
         return Path(base) / _NAME
     home = environ.get("HOME")
     return (Path(home) if home else Path.home()).joinpath(*xdg_fallback, _NAME)
+
+
+def unusable_directory(path: Path) -> str | None:
+    """Why `path` cannot be created, or written once it exists; None when it can. Nothing is created.
+
+    The closest existing ancestor decides: it must be a directory this process may write in.
+    """
+    existing = path
+    while not os.path.lexists(existing) and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        if existing == path:
+            return f"{path} is not a directory"
+        return f"cannot create {path}: {existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+        if existing == path:
+            return f"{path} is not writable by this user"
+        return f"cannot create {path}: {existing} is not writable by this user"
+    return None

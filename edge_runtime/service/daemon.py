@@ -55,7 +55,7 @@ EXIT_UNDELIVERED = 3  # --exit-when-done: the sources ended, but results stay in
 
 def run_daemon(args: argparse.Namespace) -> int:
     faulthandler.enable(all_threads=True)  # a watchdog abort then leaves every thread's stack in the journal
-    config = load_config(args.config)
+    config = load_config(args.config)  # the checks `check-config` makes: a config it refuses never starts
     logging.getLogger().setLevel(config.log_level.upper())
     log.info("state in %s, cache in %s", config.state_dir, config.cache_dir)
     box = look_at_box(args.root, args.profiles, isolated=True)
@@ -80,7 +80,10 @@ class Daemon:
         self._meter = RateMeter()
         self._started = time.monotonic()
         self._stop_metrics: Callable[[], None] | None = None
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            config.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # checked with the config; this is for a directory that changed since
+            raise ConfigError(f"state_dir: cannot create {config.state_dir}: {error.strerror}") from None
         self.spool = Spool.from_settings(config.mqtt.spool, config.state_dir / "spool.sqlite")
         self.connection = MqttConnection(config.mqtt, config.device_id)
         self.connection.qos.wanted = any(p.publish.qos == 2 for p in config.enabled_pipelines)

@@ -82,7 +82,7 @@ class CameraSource(FrameSource):
 
     def _prepare(self) -> None:
         if isinstance(self.config, FileSourceConfig):
-            self._file_fps = _probe_file(self.config.path)
+            self._file_fps = probe_video_file(self.config.path)
 
     def _capture(self) -> None:
         try:
@@ -211,7 +211,7 @@ def _describe(config: CameraSourceConfig) -> str:
     raise ConfigError(f"camera sources do not handle type {getattr(config, 'type', '?')!r}")
 
 
-def _probe_file(path: Path) -> float:
+def probe_video_file(path: Path) -> float:
     """The file's frame rate; a missing or undecodable file is a configuration error, not an outage."""
     if not path.is_file():
         raise ConfigError(f"video file {path} does not exist")

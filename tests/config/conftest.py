@@ -1,4 +1,5 @@
-"""Config files written to a temporary directory, pointing at the real bundled face detector package."""
+"""Config files written to a temporary directory, pointing at the real bundled face detector package and a real
+video beside the file, so that a config passes its checks against the box unless a test breaks it."""
 
 from __future__ import annotations
 
@@ -27,8 +28,14 @@ def dump(data: Any) -> str:
     return re.sub(r"'(!credential [^']+)'", r"\1", text)
 
 
+SAMPLE_VIDEO = REPO / "samples" / "videos" / "astronaut.mp4"
+
+
 @pytest.fixture
-def base_config(face_package_dir: Path) -> dict[str, Any]:
+def base_config(face_package_dir: Path, tmp_path: Path) -> dict[str, Any]:
+    """Reads <tmp>/etc/video.mp4, the bundled sample video."""
+    (tmp_path / "etc").mkdir(exist_ok=True)
+    (tmp_path / "etc" / "video.mp4").symlink_to(SAMPLE_VIDEO)
     return copy.deepcopy(
         {
             "device_id": "box-1",

@@ -1,4 +1,5 @@
-"""Where state and cache go: systemd's directories, else the system ones for root, else the user's own XDG ones."""
+"""Where state and cache go: systemd's directories, else the system ones for root, else the user's own XDG ones;
+and a state directory that cannot be made is refused with its field and path, never a traceback."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from edge_runtime.config.directories import default_cache_dir, default_state_dir
+from edge_runtime.config.directories import default_cache_dir, default_state_dir, unusable_directory
 
 SAMPLE_VIDEO = Path(__file__).resolve().parents[2] / "samples" / "videos" / "astronaut.mp4"
 
@@ -39,6 +40,27 @@ def test_anyone_else_gets_their_own_xdg_directories(monkeypatch: pytest.MonkeyPa
     assert default_cache_dir(xdg) == Path("/data/cache/edge-runtime")
     relative = {"HOME": "/home/u", "XDG_STATE_HOME": "state"}  # the XDG spec: relative values are ignored
     assert default_state_dir(relative) == Path("/home/u/.local/state/edge-runtime")
+
+
+def test_a_directory_is_usable_when_it_or_its_closest_ancestor_is_a_writable_directory(tmp_path: Path) -> None:
+    assert unusable_directory(tmp_path) is None
+    assert unusable_directory(tmp_path / "a" / "b") is None
+    assert not (tmp_path / "a").exists()  # asking creates nothing
+    (tmp_path / "file").write_text("")
+    assert unusable_directory(tmp_path / "file") == f"{tmp_path / 'file'} is not a directory"
+    assert unusable_directory(tmp_path / "file" / "state") == (
+        f"cannot create {tmp_path / 'file' / 'state'}: {tmp_path / 'file'} is not a directory"
+    )
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write in any directory")
+def test_a_directory_this_user_may_not_write_in_is_unusable(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    assert (
+        unusable_directory(locked / "state")
+        == f"cannot create {locked / 'state'}: {locked} is not writable by this user"
+    )
 
 
 @pytest.fixture
@@ -79,3 +101,19 @@ def test_run_from_a_shell_keeps_state_and_cache_in_the_users_directories(
     assert f"INFO edge_runtime: state in {state}, cache in {cache}" in run.stderr.splitlines(), run.stderr
     assert (state / "spool.sqlite").is_file()
     assert "Traceback" not in run.stderr
+
+
+def test_a_state_directory_that_cannot_be_made_is_one_line_naming_the_field(
+    tmp_path: Path, face_package_dir: Path, edge_runtime: Any, as_a_user: dict[str, str]
+) -> None:
+    home = tmp_path / "home"
+    home.write_text("a file where the home folder should be\n")
+    env = as_a_user | {"HOME": str(home), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    config = shell_config(tmp_path, face_package_dir)
+    run = edge_runtime("run", "--config", config, env=env)
+    assert run.returncode == 2, run.stderr
+    state = home / ".local" / "state" / "edge-runtime"
+    assert run.stderr.splitlines() == [
+        f"edge-runtime: error: invalid config file {config} (1 problem):",
+        f"  {config}: state_dir: cannot create {state}: {home} is not a directory",
+    ]
