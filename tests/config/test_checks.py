@@ -264,3 +264,13 @@ def test_a_signed_box_checks_the_files_by_the_signature(
     status, lines = check_config(path, capsys)
     assert status == 2 and len(lines) == 2, lines
     assert "pipelines[0].model.path: pipeline 'faces': package" in lines[0] and "unsigned" in lines[0]
+
+
+def test_a_serve_section_with_a_schema_error_still_has_its_models_checked(
+    config: dict[str, Any], write_config: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config["serve"] = {"share_group": "a/b", "models": [{"name": "faces", "path": "models/none"}]}
+    path = write_config(config)
+    status, lines = check_config(path, capsys)
+    assert status == 2
+    assert [line.split(": ")[1] for line in lines[:-1]] == ["serve.share_group", "serve.models[0].path"], lines
