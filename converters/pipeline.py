@@ -40,6 +40,7 @@ from converters.pruning import PruneOptions, check_prunable, check_prune_options
 from converters.pytorch_source import open_model
 from converters.recovery import needs_recovery, recover_int8
 from converters.report import REPORT_FILES, ConversionReport, VariantResult, write_report
+from converters.requirements import check_requirements, needed
 from converters.sources import SourceModel, first_line
 from converters.ultralytics_exports import model_hints
 from converters.variants import BUILDERS, check_variant_ids, default_variants
@@ -124,6 +125,7 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
         check_variant_ids(options.variants)
     if options.prune is not None:
         check_prune_options(options.prune)
+    check_requirements(needed(options.model, options.variants))
     inputs = read_inputs(options, warnings, scratch)
     if options.prune is not None:
         check_prunable(inputs.source)

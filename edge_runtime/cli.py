@@ -178,7 +178,8 @@ def _add_box_options(parser: argparse.ArgumentParser, state_dir: bool = True) ->
             default=None,
             metavar="DIR",
             help="where the service keeps choices stored by `bench --select` and int8 checks "
-            "(default: $STATE_DIRECTORY, else /var/lib/edge-runtime, as the service)",
+            "(default: $STATE_DIRECTORY as the service has it; else /var/lib/edge-runtime for root, "
+            "~/.local/state/edge-runtime for anyone else)",
         )
 
 

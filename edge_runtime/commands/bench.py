@@ -17,7 +17,7 @@ from typing import Any
 
 from edge_runtime.backends import BACKENDS, backend_class
 from edge_runtime.backends.base import RunsOn
-from edge_runtime.config.schema import default_state_dir
+from edge_runtime.config.directories import default_state_dir
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.hardware.facts import Hardware
 from edge_runtime.measure.benchmark import Measurement, Progress, bench_feed, measure_latency, measure_throughput

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from edge_runtime.config.schema import default_state_dir
+from edge_runtime.config.directories import default_state_dir
 from edge_runtime.hardware.facts import CpuInfo, Hardware
 from edge_runtime.package.loader import open_package
 from edge_runtime.placement.loading import Box, look_at_box, select_for

@@ -1,10 +1,15 @@
-"""Checks of a valid config against the files it names, so that `check-config` finds what `run` would.
+"""Checks of a config against the box: the files, devices, models and directories it names, so that
+`check-config` refuses what `run` would. `load_config` runs them for both, and for a reload, on the parts
+of the file that validated (see `parts`), so one run lists every problem.
 
-Only enabled pipelines are checked: disabling a pipeline is how a box keeps one whose model is not
-deployed yet. A package's model files are not hashed here (loading verifies them) unless the box
-requires signed packages: then each is verified as `run` would before loading it. Its manifest is
-read, and the pinned variant, the decoder and preprocessing overrides and the kind of source are
-checked against it. A bare model file is hashed, as opening one infers its manifest that way.
+Only pipelines `run` would start are checked: disabling one (`enabled: false`, or by an operator's
+command, which the state directory keeps) is how a box keeps a pipeline whose model or camera is not
+there yet. A model's package (or the release of it a rollout made active, which is what `run` loads)
+must exist and its manifest read; the files of each variant the pipeline may load must be there with
+the sha256 the manifest records, the check loading makes before handing a file to a backend. Where the
+box requires signed packages, the signature check covers every file instead. Compiling a model in its
+backend is left to `run`: it can take minutes. The pinned variant, the decoder and preprocessing
+overrides and the kind of source are checked against the manifest.
 
 The endpoints the daemon listens on are checked against each other too: two on one port would let
 the config pass and `run` fail at start with "address already in use".
@@ -18,44 +23,77 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from edge_runtime.backends import BACKENDS
 from edge_runtime.config.base import describe_validation_error
+from edge_runtime.config.host_checks import check_directories, check_source, device_notes
+from edge_runtime.config.parts import ConfigParts, PipelinePart
 from edge_runtime.config.problems import FieldPath, Problem
-from edge_runtime.config.schema import DaemonConfig, DecoderOverride, PipelineConfig
+from edge_runtime.config.schema import DecoderOverride, ModelConfig, PipelineConfig
 from edge_runtime.errors import ConfigError, EdgeRuntimeError, ManifestError
 from edge_runtime.package.loader import ModelPackage, open_package
+from edge_runtime.package.store import ModelStore
 
 IMAGE_LAYOUTS = ("NHWC", "NCHW")
 SEQUENCE_LAYOUTS = ("NC", "NTC", "NCT")
 
 
-def check_files(config: DaemonConfig) -> list[Problem]:
+def check_parts(parts: ConfigParts) -> list[Problem]:
+    """Every problem `run` would meet in these parts before it starts: pipelines, served models, endpoints,
+    directories, keys, then the broker's TLS files."""
     problems: list[Problem] = []
-    for index, pipeline in enumerate(config.pipelines):
-        if pipeline.enabled:
-            problems += _check_pipeline(("pipelines", index), pipeline)
-    if config.serve is not None:
-        problems += _check_served(config)
-        problems += _check_ports(config)
-    trust_problems = _check_trust(config)
+    store = ModelStore(parts.state_dir) if parts.state_dir is not None else None
+    signed = parts.trust is not None and parts.trust.signatures_required
+    pipelines = _started(parts)
+    for part in pipelines:
+        problems += check_source(part)
+        problems += _check_pipeline_model(part, store, verify=not signed)
+    for index, served in parts.served:
+        at = ("serve", "models", index)
+        problems += _check_model(at, f"served model '{served.name}'", served, store, verify=not signed)[0]
+    problems += _check_http(parts)
+    problems += check_directories(parts)
+    trust_problems = _check_trust(parts)
     problems += trust_problems
-    if config.trust.signatures_required and not trust_problems:
-        problems += _check_signatures(config, {p.path for p in problems})
-    tls = config.mqtt.tls
-    if tls is not None:
+    if signed and not trust_problems and parts.state_dir is not None:
+        problems += _check_signatures(parts, pipelines, {p.path for p in problems})
+    if parts.tls is not None:
         for name in ("ca_file", "cert_file", "key_file"):
-            file = getattr(tls, name)
+            file = getattr(parts.tls, name)
             if file is not None and not file.is_file():
                 problems.append(Problem(("mqtt", "tls", name), f"file not found: {file}"))
     return problems
 
 
-def _check_trust(config: DaemonConfig) -> list[Problem]:
+def note_parts(parts: ConfigParts) -> list[Problem]:
+    """What is not there now but may come, and is retried while the daemon runs: cameras and serial ports."""
+    return [note for part in _started(parts) for note in device_notes(part)]
+
+
+def _started(parts: ConfigParts) -> list[PipelinePart]:
+    """The enabled pipelines less those an operator disabled on this box, which `run` leaves off too."""
+    if parts.state_dir is None:
+        return list(parts.pipelines)
+    from edge_runtime.control.disabled import DisabledPipelines
+
+    disabled = DisabledPipelines(parts.state_dir)
+    try:
+        off = set(disabled.names()) if disabled.path.is_file() else set()
+    except OSError:  # a state directory this user cannot read: the directory check says so
+        off = set()
+    return [part for part in parts.pipelines if part.name not in off]
+
+
+def _check_trust(parts: ConfigParts) -> list[Problem]:
     """Every key file must hold an Ed25519 public key: a box that cannot read its keys refuses every model
     (trust) or every command (control)."""
     from edge_runtime.package.signing import read_public_key
 
     problems = []
-    for section, keys in (("trust", config.trust.keys), ("control", config.control.keys)):
+    sections = [
+        ("trust", parts.trust.keys if parts.trust else ()),
+        ("control", parts.control.keys if parts.control else ()),
+    ]
+    for section, keys in sections:
         for index, key in enumerate(keys):
             if isinstance(key, Path):
                 try:
@@ -65,23 +103,24 @@ def _check_trust(config: DaemonConfig) -> list[Problem]:
     return problems
 
 
-def _check_signatures(config: DaemonConfig, already: set[FieldPath | None]) -> list[Problem]:
+def _check_signatures(
+    parts: ConfigParts, pipelines: list[PipelinePart], already: set[FieldPath | None]
+) -> list[Problem]:
     """The check `run` makes before loading each model, for the models not already found wanting."""
-    from edge_runtime.package.store import ModelStore
     from edge_runtime.package.trust import TrustPolicy
 
-    policy = TrustPolicy.from_settings(config.trust, config.state_dir)
-    store = ModelStore(config.state_dir)  # a release a rollout made active is what `run` loads, and checks
+    assert parts.trust is not None and parts.state_dir is not None
+    policy = TrustPolicy.from_settings(parts.trust, parts.state_dir)
+    store = ModelStore(parts.state_dir)  # a release a rollout made active is what `run` loads, and checks
     models: list[tuple[FieldPath, str, Path]] = [
-        (("pipelines", index, "model", "path"), f"pipeline '{pipeline.name}'", pipeline.model.path)
-        for index, pipeline in enumerate(config.pipelines)
-        if pipeline.enabled
+        ((*part.at, "model", "path"), f"pipeline '{part.name}'", part.model.path)
+        for part in pipelines
+        if part.model is not None
     ]
-    if config.serve is not None:
-        models += [
-            (("serve", "models", index, "path"), f"served model '{model.name}'", model.path)
-            for index, model in enumerate(config.serve.models)
-        ]
+    models += [
+        (("serve", "models", index, "path"), f"served model '{model.name}'", model.path)
+        for index, model in parts.served
+    ]
     problems = []
     for where, label, path in models:
         if where in already:
@@ -93,40 +132,27 @@ def _check_signatures(config: DaemonConfig, already: set[FieldPath | None]) -> l
     return problems
 
 
-def _check_served(config: DaemonConfig) -> list[Problem]:
-    assert config.serve is not None
+def _check_http(parts: ConfigParts) -> list[Problem]:
+    http = parts.http
+    if http is None:
+        return []
     problems = []
-    for index, model in enumerate(config.serve.models):
-        where = ("serve", "models", index, "path")
-        if not model.path.exists():
-            problems.append(Problem(where, f"served model '{model.name}': not found: {model.path}"))
-            continue
-        try:
-            open_package(model.path)
-        except EdgeRuntimeError as error:
-            problems.append(Problem(where, f"served model '{model.name}': {error}"))
-    http = config.serve.http
     for name in ("tls_cert_file", "tls_key_file"):
         file = getattr(http, name)
         if file is not None and not file.is_file():
             problems.append(Problem(("serve", "http", name), f"file not found: {file}"))
-    return problems
-
-
-def _check_ports(config: DaemonConfig) -> list[Problem]:
-    assert config.serve is not None
-    http, prometheus = config.serve.http, config.stats.prometheus
-    if not (http.enabled and prometheus.enabled) or http.port != prometheus.port:
-        return []
-    if not _may_collide(http.host, prometheus.host):
-        return []
-    return [
-        Problem(
-            ("serve", "http", "port"),
-            f"port {http.port} is also stats.prometheus.port (on {prometheus.host}): the inference endpoint and "
-            "the metrics endpoint cannot listen on one port; give one of them another",
+    prometheus = parts.prometheus
+    if prometheus is None or not (http.enabled and prometheus.enabled) or http.port != prometheus.port:
+        return problems
+    if _may_collide(http.host, prometheus.host):
+        problems.append(
+            Problem(
+                ("serve", "http", "port"),
+                f"port {http.port} is also stats.prometheus.port (on {prometheus.host}): the inference endpoint "
+                "and the metrics endpoint cannot listen on one port; give one of them another",
+            )
         )
-    ]
+    return problems
 
 
 def _may_collide(a: str, b: str) -> bool:
@@ -145,31 +171,68 @@ def _may_collide(a: str, b: str) -> bool:
     return addresses[0] == addresses[1]
 
 
-def _check_pipeline(at: FieldPath, pipeline: PipelineConfig) -> list[Problem]:
-    path = pipeline.model.path
-    where = (*at, "model", "path")
+def _check_pipeline_model(part: PipelinePart, store: ModelStore | None, verify: bool) -> list[Problem]:
+    if part.model is None:
+        return []
+    at = (*part.at, "model")
+    problems, package = _check_model(at, f"pipeline '{part.name}'", part.model, store, verify)
+    if package is not None and part.whole is not None:
+        problems += _check_against_package(part.at, part.whole, package)
+    return problems
+
+
+def _check_model(
+    at: FieldPath, label: str, model: ModelConfig, store: ModelStore | None, verify: bool
+) -> tuple[list[Problem], ModelPackage | None]:
+    """The model's package as `run` would open it, and what is wrong with it; `verify`: check the sha256 of
+    the files of each variant the settings let the box pick."""
+    try:
+        return _open_model(at, label, model, store, verify)
+    except OSError as error:  # a file or folder this user may not read
+        return [Problem((*at, "path"), f"{label}: cannot read {error.filename}: {error.strerror}")], None
+
+
+def _open_model(
+    at: FieldPath, label: str, model: ModelConfig, store: ModelStore | None, verify: bool
+) -> tuple[list[Problem], ModelPackage | None]:
+    where = (*at, "path")
+    path = store.resolve(model.path) if store is not None else model.path
     if not path.exists():
-        return [Problem(where, f"pipeline '{pipeline.name}': model not found: {path}")]
+        return [Problem(where, f"{label}: model not found: {path}")], None
     try:
         package = open_package(path)
     except ManifestError as error:
-        return [
-            Problem(
-                where,
-                f"pipeline '{pipeline.name}': invalid model manifest {error.source}: " + "; ".join(error.problems),
-            )
-        ]
+        return [Problem(where, f"{label}: invalid model manifest {error.source}: " + "; ".join(error.problems))], None
     except EdgeRuntimeError as error:
-        return [Problem(where, f"pipeline '{pipeline.name}': {error}")]
-    return list(_check_against_package(at, pipeline, package))
+        return [Problem(where, f"{label}: {error}")], None
+    variants = package.manifest.variants
+    if model.variant is not None and model.variant not in variants:
+        known = ", ".join(variants)
+        message = f"model {package.name} has no variant {model.variant!r} (it has: {known})"
+        return [Problem((*at, "variant"), message)], package
+    problems = []
+    if verify and not package.bare_file:  # a bare file's manifest is its own hash
+        for variant_id in _candidates(package, model):
+            try:
+                package.source(variant_id)
+            except EdgeRuntimeError as error:
+                problems.append(Problem(where, f"{label}: {error}"))
+    return problems, package
+
+
+def _candidates(package: ModelPackage, model: ModelConfig) -> list[str]:
+    """The variants the box may pick for `model`: the pinned one, or those its pinned backend loads, or all."""
+    if model.variant is not None:
+        return [model.variant]
+    variants = package.manifest.variants
+    if model.backend is None:
+        return list(variants)
+    formats = BACKENDS[model.backend].formats
+    return [variant_id for variant_id, variant in variants.items() if variant.format in formats]
 
 
 def _check_against_package(at: FieldPath, pipeline: PipelineConfig, package: ModelPackage) -> Iterator[Problem]:
     manifest = package.manifest
-    variant = pipeline.model.variant
-    if variant is not None and variant not in manifest.variants:
-        known = ", ".join(manifest.variants)
-        yield Problem((*at, "model", "variant"), f"model {manifest.name} has no variant {variant!r} (it has: {known})")
     if pipeline.decoder is not None:
         yield from _check_decoder((*at, "decoder"), pipeline.decoder, package)
     if not manifest.inputs:

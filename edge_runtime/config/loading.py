@@ -1,27 +1,34 @@
-"""Loading the daemon's config file: read, fill in secrets, validate, resolve paths, check the files.
+"""Loading the daemon's config file: read, fill in secrets, validate, resolve paths, check against the box.
 
-Problems are collected before anything is raised, so one `check-config` run lists them together,
-each with the file, line and field: those of the YAML, the secrets and the schema first, then, once
-the schema is satisfied, those of the files the config names. Relative paths anywhere in the file are relative to the
-file's own directory, so a config and the models beside it can move together.
+`check-config`, `run`, a reload and a remote `config validate` all load through here, so each refuses
+the same configs with the same lines. Problems are collected before anything is raised, so one run
+lists them together, each with the file, line and field: those of the YAML, the secrets and the schema
+first, then those of the files, devices, models and directories the config names, checked on every
+part of the file that validated (`parts`), whether or not the rest did. Relative paths anywhere in the
+file are relative to the file's own directory, so a config and the models beside it can move together.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from edge_runtime.config.checks import check_files
+from edge_runtime.config.checks import check_parts, note_parts
 from edge_runtime.config.describe import describe, kind_of
+from edge_runtime.config.directories import default_cache_dir, default_state_dir
 from edge_runtime.config.document import Document, YamlSyntaxError, read_document
+from edge_runtime.config.parts import parts_of, resolve_paths, salvage_parts
 from edge_runtime.config.problems import ConfigFileError, Problem
-from edge_runtime.config.schema import DaemonConfig, default_cache_dir, default_state_dir
+from edge_runtime.config.schema import DaemonConfig
 
-M = TypeVar("M", bound=BaseModel)
+__all__ = ["load_config", "resolve_paths"]
+
+
+log = logging.getLogger(__name__)
 
 
 def load_config(path: Path | str, environ: Mapping[str, str] | None = None) -> DaemonConfig:
@@ -38,16 +45,23 @@ def load_config(path: Path | str, environ: Mapping[str, str] | None = None) -> D
         found = "an empty file" if document.data is None else kind_of(document.data)
         raise ConfigFileError(file, [Problem((), f"expected a mapping of settings, found {found}").render(file)])
     defaults = {"state_dir": default_state_dir(environ), "cache_dir": default_cache_dir(environ)}
+    data = defaults | document.data
+    base = path.parent.absolute()
+    config: DaemonConfig | None = None
     try:
-        config = DaemonConfig.model_validate(defaults | document.data)
+        config = resolve_paths(DaemonConfig.model_validate(data), base)
     except ValidationError as error:
-        schema_problems = _not_caused_by_substitution(describe(error, DaemonConfig, document), document.problems)
-        raise _error(file, document, document.problems + schema_problems) from None
-    if document.problems:
-        raise _error(file, document, document.problems)
-    config = resolve_paths(config, path.parent.absolute())
-    if problems := check_files(config):
-        raise _error(file, document, [Problem(p.path, p.message, document.line_of(p.path or ())) for p in problems])
+        schema_problems = describe(error, DaemonConfig, document)
+    else:
+        schema_problems = []
+    parts = parts_of(config) if config is not None else salvage_parts(data, base)
+    checked = [Problem(p.path, p.message, document.line_of(p.path or ())) for p in check_parts(parts)]
+    problems = document.problems + _not_caused_by_substitution(schema_problems + checked, document.problems)
+    if problems or config is None:
+        raise _error(file, document, problems)
+    for note in note_parts(parts):
+        rendered = Problem(note.path, note.message, document.line_of(note.path or ())).render(file)
+        log.warning("%s; the pipeline starts without it and keeps trying", rendered)
     return config
 
 
@@ -74,25 +88,3 @@ def _not_caused_by_substitution(problems: list[Problem], substitution: list[Prob
     """A value whose `${NAME}` or credential could not be filled in fails validation too; say it once."""
     failed = [p.path for p in substitution if p.path is not None]
     return [p for p in problems if not any(p.path is not None and p.path[: len(f)] == f for f in failed)]
-
-
-def resolve_paths(model: M, base: Path) -> M:
-    """`model` with every relative Path field, at any depth, made relative to `base`."""
-    update: dict[str, Any] = {}
-    for name in type(model).model_fields:
-        value = getattr(model, name)
-        resolved = _resolve_value(value, base)
-        if resolved is not value:
-            update[name] = resolved
-    return model.model_copy(update=update) if update else model
-
-
-def _resolve_value(value: Any, base: Path) -> Any:
-    if isinstance(value, Path):
-        return value if value.is_absolute() else base / value
-    if isinstance(value, BaseModel):
-        return resolve_paths(value, base)
-    if isinstance(value, tuple) and any(isinstance(item, (BaseModel, Path)) for item in value):
-        items = tuple(_resolve_value(item, base) for item in value)
-        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
-    return value

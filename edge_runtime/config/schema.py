@@ -7,9 +7,7 @@ Strict like the model manifest: an unknown or misspelt key is an error, because 
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +16,7 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_va
 from edge_runtime.backends import BACKENDS, BackendKey
 from edge_runtime.config.base import StrictModel
 from edge_runtime.config.control import ControlSettings
+from edge_runtime.config.directories import default_cache_dir, default_state_dir
 from edge_runtime.config.rollout import RolloutSettings
 from edge_runtime.config.trust import TrustSettings
 from edge_runtime.mqtt.settings import MqttSettings
@@ -47,26 +46,6 @@ def check_topic_safe(value: str) -> str:
     if value.startswith("$"):
         raise ValueError(f"{value!r} cannot start with '$': brokers reserve such topics")
     return value
-
-
-def _directory_from_env(variable: str, fallback: str, environ: Mapping[str, str] | None) -> Path:
-    """systemd passes StateDirectory=/CacheDirectory= as colon-separated lists; the first is ours."""
-    value = (os.environ if environ is None else environ).get(variable)
-    return Path(value.split(":")[0]) if value else Path(fallback)
-
-
-def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """Where the daemon keeps what it learns about this box (stored choices, int8 checks, the spool).
-
-    The same answer for the service and for `probe` and `bench --select` run from a shell, so that a
-    choice stored by hand is the one the service finds: systemd's StateDirectory, else
-    /var/lib/edge-runtime (run `bench --select` as the service's user, or pass --state-dir).
-    """
-    return _directory_from_env("STATE_DIRECTORY", "/var/lib/edge-runtime", environ)
-
-
-def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    return _directory_from_env("CACHE_DIRECTORY", "/var/cache/edge-runtime", environ)
 
 
 class PrometheusSettings(StrictModel):
@@ -420,11 +399,13 @@ class DaemonConfig(StrictModel):
     )
     state_dir: Path = Field(
         default_factory=lambda: default_state_dir(),
-        description="spool and stored choices; default $STATE_DIRECTORY or /var/lib/edge-runtime",
+        description="spool and stored choices; default $STATE_DIRECTORY, else /var/lib/edge-runtime as root, "
+        "else $XDG_STATE_HOME/edge-runtime",
     )
     cache_dir: Path = Field(
         default_factory=lambda: default_cache_dir(),
-        description="compiled models and engines; default $CACHE_DIRECTORY or /var/cache/edge-runtime",
+        description="compiled models and engines; default $CACHE_DIRECTORY, else /var/cache/edge-runtime as root, "
+        "else $XDG_CACHE_HOME/edge-runtime",
     )
     stats: StatsSettings = Field(
         default_factory=StatsSettings,

@@ -55,9 +55,10 @@ EXIT_UNDELIVERED = 3  # --exit-when-done: the sources ended, but results stay in
 
 def run_daemon(args: argparse.Namespace) -> int:
     faulthandler.enable(all_threads=True)  # a watchdog abort then leaves every thread's stack in the journal
-    config = load_config(args.config)
+    config = load_config(args.config)  # the checks `check-config` makes: a config it refuses never starts
     # -v or -q on the command line, for one run by hand, win over the file's level
     logging.getLogger().setLevel(config.log_level.upper() if args.log_level is None else args.log_level)
+    log.info("state in %s, cache in %s", config.state_dir, config.cache_dir)
     box = look_at_box(args.root, args.profiles, isolated=True)
     exit_when_done = args.drain_timeout if args.exit_when_done else None
     return Daemon(config, args.config, box, exit_when_done=exit_when_done).run()
@@ -80,7 +81,10 @@ class Daemon:
         self._meter = RateMeter(window_s=config.stats.interval_s)
         self._started = time.monotonic()
         self._stop_metrics: Callable[[], None] | None = None
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            config.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # checked with the config; this is for a directory that changed since
+            raise ConfigError(f"state_dir: cannot create {config.state_dir}: {error.strerror}") from None
         self.spool = Spool.from_settings(config.mqtt.spool, config.state_dir / "spool.sqlite")
         self.connection = MqttConnection(config.mqtt, config.device_id)
         self.connection.qos.wanted = any(p.publish.qos == 2 for p in config.enabled_pipelines)

@@ -12,6 +12,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from edge_runtime.errors import ConfigError
+
 Report = Callable[[], dict[str, Any]]
 
 _PIPELINE_COUNTERS = {
@@ -130,7 +132,10 @@ def serve_metrics(report: Report, host: str, port: int) -> Callable[[], None]:
 
     registry = CollectorRegistry()
     registry.register(DaemonCollector(report))
-    server, thread = start_http_server(port, addr=host, registry=registry)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as error:  # another program holds the port: the config checks cannot know that
+        raise ConfigError(f"stats.prometheus.port: cannot listen on {host}:{port}: {error.strerror}") from None
 
     def stop() -> None:
         server.shutdown()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edge_runtime.config.schema import ServedModelConfig, ServeSettings
+from edge_runtime.errors import ConfigError
 from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.pipeline.build import decoder_of
@@ -145,7 +146,11 @@ class Serving:
         family = socket.AF_INET6 if ":" in http.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((http.host, http.port))
+        try:
+            sock.bind((http.host, http.port))
+        except OSError as error:  # another program holds the port: the config checks cannot know that
+            sock.close()
+            raise ConfigError(f"serve.http.port: cannot listen on {http.host}:{http.port}: {error.strerror}") from None
         self._socket = sock
         tls: dict[str, Any] = {}
         if http.tls_cert_file is not None and http.tls_key_file is not None:

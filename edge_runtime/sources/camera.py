@@ -86,7 +86,7 @@ class CameraSource(FrameSource):
 
     def _prepare(self) -> None:
         if isinstance(self.config, FileSourceConfig):
-            self._file_fps, self._file_frames = _probe_file(self.config.path)
+            self._file_fps, self._file_frames = probe_video_file(self.config.path)
 
     def _capture(self) -> None:
         try:
@@ -267,7 +267,7 @@ def _why_not_opened(config: CameraSourceConfig) -> str:
     return f"{parts.hostname}:{port} answers, but no stream came: check the path, the credentials and the codec"
 
 
-def _probe_file(path: Path) -> tuple[float, int]:
+def probe_video_file(path: Path) -> tuple[float, int]:
     """The file's frame rate and frame count (0 if unknown); a missing or undecodable file is a
     configuration error, not an outage."""
     if not path.is_file():

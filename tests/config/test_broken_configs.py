@@ -112,7 +112,7 @@ CASES = [
     (
         {"serve": {"models": [{"name": "m", "path": "no/such/model"}]}},
         "serve.models[0].path",
-        "served model 'm': not found: ",
+        "served model 'm': model not found: ",
     ),
     ({"pipelines.0.model.path": "config.yaml"}, "pipelines[0].model.path", "neither a model package directory"),
     ({"pipelines.0.model.variant": "onnx/int8"}, "pipelines[0].model.variant", "has no variant 'onnx/int8'"),

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from edge_runtime.config import ConfigFileError, DaemonConfig, load_config
-from edge_runtime.config.schema import default_state_dir
 from edge_runtime.package.loader import open_package
 from edge_runtime.sources.configs import FileSourceConfig, MqttSourceConfig
 
@@ -32,23 +31,11 @@ def test_the_example_config_takes_the_device_id_from_the_environment() -> None:
     assert load_config(EXAMPLE, environ={"EDGE_DEVICE_ID": "gate-3"}).device_id == "gate-3"
 
 
-def test_the_state_directory_is_systemds_else_the_services_for_every_command(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("STATE_DIRECTORY", f"{tmp_path}/a:{tmp_path}/b")
-    assert default_state_dir() == tmp_path / "a"
-    monkeypatch.delenv("STATE_DIRECTORY")
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))  # a shell's own state folder is not the service's
-    assert default_state_dir() == Path("/var/lib/edge-runtime")
-
-
-def test_defaults(base_config: dict[str, Any], write_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    environ = {"STATE_DIRECTORY": "/var/lib/edge-runtime-a:/var/lib/other"}
+def test_defaults(base_config: dict[str, Any], write_config: Any, tmp_path: Path) -> None:
+    environ = {"STATE_DIRECTORY": f"{tmp_path}/state-a:{tmp_path}/state-b", "CACHE_DIRECTORY": f"{tmp_path}/cache"}
     config = load_config(write_config(base_config), environ=environ)
-    assert config.state_dir == Path("/var/lib/edge-runtime-a")
-    assert config.cache_dir == Path("/var/cache/edge-runtime")
-    monkeypatch.setenv("CACHE_DIRECTORY", "/var/cache/from-process")
-    assert load_config(write_config(base_config)).cache_dir == Path("/var/cache/from-process")
+    assert config.state_dir == tmp_path / "state-a"
+    assert config.cache_dir == tmp_path / "cache"
     assert config.stats.interval_s == 30 and not config.stats.prometheus.enabled
     assert config.stats.prometheus.port == 9464 and config.stats.prometheus.host == "127.0.0.1"
     assert config.log_level == "info"

@@ -23,17 +23,20 @@ def credentials(tmp_path: Path) -> Path:
     return directory
 
 
-def test_environment_variables_fill_strings(base_config: dict[str, Any], write_config: Any) -> None:
+def test_environment_variables_fill_strings(base_config: dict[str, Any], write_config: Any, tmp_path: Path) -> None:
+    video = tmp_path / "videos" / "${literal}-box-7.mp4"
+    video.parent.mkdir()
+    video.symlink_to(tmp_path / "etc" / "video.mp4")
     base_config["device_id"] = "${EDGE_ID}"
     base_config["mqtt"] |= {"host": "${BROKER:-broker.local}", "password": "${MQTT_PASSWORD}", "port": "${PORT}"}
-    base_config["pipelines"][0]["source"]["path"] = "/videos/$${literal}-${EDGE_ID}.mp4"
+    base_config["pipelines"][0]["source"]["path"] = f"{tmp_path}/videos/$${{literal}}-${{EDGE_ID}}.mp4"
     environ = {"EDGE_ID": "box-7", "MQTT_PASSWORD": PASSWORD, "PORT": "8883", "BROKER": ""}
     config = load_config(write_config(base_config), environ=environ)
     assert config.device_id == "box-7"
     assert config.mqtt.host == "broker.local"  # empty counts as unset for a default, as in the shell
     assert config.mqtt.port == 8883
     assert config.mqtt.password is not None and config.mqtt.password.get_secret_value() == PASSWORD
-    assert str(config.pipelines[0].source.path) == "/videos/${literal}-box-7.mp4"  # type: ignore[union-attr]
+    assert config.pipelines[0].source.path == video  # type: ignore[union-attr]
 
 
 def test_credentials_fill_values_and_file_fields(

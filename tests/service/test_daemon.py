@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import sqlite3
 import time
 import urllib.request
@@ -14,6 +15,7 @@ import cv2
 import jsonschema
 import numpy as np
 import pytest
+import yaml
 from broker import Mosquitto, Received, free_port
 from daemon_process import FACE_MODEL, DaemonProcess, NotifyListener, face_pipeline, results
 from model_builders import build_window_mean_onnx
@@ -222,6 +224,34 @@ def test_bad_config_exits_2_with_the_field(tmp_path: Path, run_daemon: Callable[
     daemon = run_daemon(config)
     assert daemon.wait(30) == 2
     assert "mqtt.hots" in daemon.log and "Traceback" not in daemon.log
+
+
+@pytest.mark.parametrize("section", ["serve", "prometheus"])
+def test_a_port_another_program_holds_exits_2_naming_the_field(
+    tmp_path: Path, run_daemon: Callable[..., DaemonProcess], section: str
+) -> None:
+    """The config checks cannot know what else listens on the box; `run` says which field's port is taken."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = {
+            "device_id": "test-box",
+            "mqtt": {"host": "127.0.0.1", "port": free_port()},
+            "state_dir": str(tmp_path / "state"),
+            "serve": {"http": {"port": 0}, "models": [{"name": "faces", "path": str(FACE_MODEL)}]},
+        }
+        if section == "serve":
+            config["serve"]["http"]["port"] = port
+        else:
+            config["stats"] = {"prometheus": {"enabled": True, "port": port}}
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        daemon = run_daemon(path)
+        assert daemon.wait(120) == 2, daemon.log
+    field = "serve.http.port" if section == "serve" else "stats.prometheus.port"
+    assert f"edge-runtime: error: {field}: cannot listen on 127.0.0.1:{port}: Address already in use" in daemon.log
+    assert "Traceback" not in daemon.log
 
 
 @pytest.mark.parametrize("protocol", ["5", "3.1.1"])
