@@ -7,7 +7,8 @@ Conventions the pages follow, so that every snippet can be checked:
 - A ```yaml block whose top-level keys are all sections of the config file (`mqtt`, `serve`, `trust`, ...) or all
   fields of a pipeline (`source`, `model`, `publish`, ...) is a **fragment**: it is checked inside a small base
   config (one pipeline on the sample clip with the sample face detector), replacing the base's own sections.
-- A ```yaml block with `schema_version` and `variants` at its top is a model manifest (`model.yaml`), not a config.
+- A ```yaml block with `schema_version` and `variants` at its top is a model manifest (`model.yaml`), not a config;
+  one with `match` and `choices` is a device profile, which must parse as one.
   Any other ```yaml block fails the tests: mark it as another language if it is not meant to be read by the runtime.
 
 Files a snippet names are named as a user has them, and the test makes each one:
@@ -17,8 +18,8 @@ Files a snippet names are named as a user has them, and the test makes each one:
   samples;
 - any other absolute path (`/opt/edge-runtime/models/NAME`, `/etc/edge-runtime/...`, `/srv/...`) is made below
   a temporary root: a model package by its name (the samples' own names, or the `model_makers` fixture in
-  tests/docs/conftest.py, which converts the recipes' models with their own command lines), a video, an image folder, a CSV of readings, a public
-  key (`.pub`, from `edge-runtime keys new`), or a TLS certificate or key;
+  tests/docs/conftest.py, which converts the recipes' models with their own command lines), a video, an image
+  folder, a CSV of readings, a public key (`.pub`, from `edge-runtime keys new`), or a TLS certificate or key;
 - `!credential NAME` is a file in a temporary credentials directory (a URL for names with `url` in them, a token for
   names with `token`, a certificate or key for `.crt`/`.key`/`.pem`, else a password), and `${NAME}` an environment
   variable the test sets;
@@ -81,11 +82,11 @@ class Snippet:
         return f"{self.page.relative_to(REPO)}:{self.line}"
 
     def data(self) -> Any:
-        return yaml.load(self.text, Loader=_TaggedLoader)  # noqa: S506 (a SafeLoader with one more tag)
+        return yaml.load(self.text, Loader=_TaggedLoader)  # a SafeLoader with one more tag
 
     @property
     def kind(self) -> str:
-        """'config', 'fragment', 'pipeline fragment', 'manifest' or 'unknown'."""
+        """'config', 'fragment', 'pipeline fragment', 'manifest', 'profile' or 'unknown'."""
         data = self.data()
         if not isinstance(data, dict):
             return "unknown"
@@ -94,6 +95,8 @@ class Snippet:
             return "config"
         if {"schema_version", "variants"} <= keys:
             return "manifest"
+        if {"name", "match", "choices"} <= keys:
+            return "profile"
         if keys and keys <= CONFIG_SECTIONS:
             return "fragment"
         if keys and keys <= PIPELINE_FIELDS:
@@ -205,7 +208,7 @@ class Sandbox:
         path.write_text(text, encoding="utf-8")
         self._make_credentials(text)
         self._make_variables(text)
-        self._make_files(yaml.load(text, Loader=_TaggedLoader))  # noqa: S506
+        self._make_files(yaml.load(text, Loader=_TaggedLoader))
         (self.root / "state").mkdir(exist_ok=True)
         (self.root / "cache").mkdir(exist_ok=True)
         self.env |= {

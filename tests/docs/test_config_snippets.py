@@ -12,6 +12,7 @@ from edge_runtime.cli import main
 
 SNIPPETS = all_snippets()
 CONFIGS = [s for s in SNIPPETS if s.kind in ("config", "fragment", "pipeline fragment")]
+PROFILES = [s for s in SNIPPETS if s.kind == "profile"]
 
 
 def check_config(sandbox: Sandbox, snippet: Snippet, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
@@ -33,9 +34,14 @@ def test_every_yaml_block_is_a_config_a_fragment_or_a_manifest() -> None:
 
 
 @pytest.mark.parametrize("snippet", CONFIGS, ids=[s.where for s in CONFIGS])
-def test_the_config_passes_check_config(
-    snippet: Snippet, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_config_passes_check_config(snippet: Snippet, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
     status, output = check_config(sandbox, snippet, monkeypatch)
     assert status == 0, f"{snippet.where}:\n{snippet.as_config()}\n{output}"
     assert ": ok (" in output
+
+
+@pytest.mark.parametrize("snippet", PROFILES, ids=[s.where for s in PROFILES])
+def test_the_device_profile_parses(snippet: Snippet) -> None:
+    from edge_runtime.placement.profiles import parse_profile
+
+    parse_profile(snippet.data(), snippet.where)

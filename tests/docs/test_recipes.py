@@ -58,9 +58,7 @@ def messages(collector: Any, pipeline: str) -> list[dict[str, Any]]:
     return [json.loads(m.payload) for m in list(collector.messages) if m.topic.split("/")[2] == pipeline]
 
 
-def test_rtsp_camera_to_faces_and_people(
-    sandbox: Sandbox, mosquitto: Mosquitto, camera: RtspRelay
-) -> None:
+def test_rtsp_camera_to_faces_and_people(sandbox: Sandbox, mosquitto: Mosquitto, camera: RtspRelay) -> None:
     (recipe,) = full_configs("recipes/rtsp-camera.md")
     sandbox.credentials["door-camera-url"] = camera_url(camera)
     config = sandbox.write(on_test_broker(recipe.text, mosquitto))
