@@ -1,4 +1,4 @@
-# Quick start on a fresh Debian/Ubuntu machine:  make demo   |   make test   |   make test-peers
+# Quick start on a fresh Debian/Ubuntu machine:  make demo   |   make test   |   make test-peers   |   make docs
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -8,8 +8,9 @@ RUNTIME_STAMP := $(VENV)/.runtime-stamp
 STAMP  := $(VENV)/.installed-stamp
 SYSTEM_STAMP := $(VENV)/.system-packages-stamp
 # What the tests run for real: a Mosquitto broker, three-node RabbitMQ and NATS clusters, ffmpeg serving streams,
-# systemd-analyze for the unit file, openssl for the test certificates.
-SYSTEM_PACKAGES := mosquitto rabbitmq-server nats-server ffmpeg systemd openssl
+# systemd-analyze for the unit file, openssl for the test certificates, and a headless Chromium (with its WebDriver)
+# that opens the documentation site.
+SYSTEM_PACKAGES := mosquitto rabbitmq-server nats-server ffmpeg systemd openssl chromium chromium-driver
 
 # make test-peers checks edge_runtime against Ultralytics' own predict in a separate environment, since Ultralytics
 # needs torchvision, which does not install beside the main one's torch: PyTorch with torchvision, Ultralytics (pinned,
@@ -21,7 +22,7 @@ PEERS_STAMP := $(PEERS_VENV)/.installed-stamp
 PEERS_PACKAGES := torch==2.14.1 torchvision==0.29.1 ultralytics==8.4.190 'onnx>=1.12,<2' 'onnxslim>=0.1.82' \
 	pytest pytest-timeout scikit-image
 
-.PHONY: demo test test-peers lint typecheck unit bench reference clean
+.PHONY: demo test test-peers lint typecheck unit docs bench reference clean
 
 $(BIN)/python:
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || ./scripts/ensure-system-packages.sh python3-venv
@@ -84,9 +85,13 @@ test-peers: $(PEERS_STAMP)
 reference: $(STAMP)
 	$(BIN)/python -m edge_runtime.reference docs/reference
 
+# The documentation site, from docs/ and mkdocs.yml, into site/; --strict: a broken link or a page left out fails it.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
+
 bench: $(STAMP)
 	$(BIN)/python bench/backend_overhead.py
 	$(BIN)/python bench/quantized_speed.py
 
 clean:
-	rm -rf $(VENV) $(PEERS_VENV) $(TEST_REPORTS) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS_VENV) $(TEST_REPORTS) site .pytest_cache .mypy_cache .ruff_cache

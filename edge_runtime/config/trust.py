@@ -45,7 +45,7 @@ KeyEntry = Annotated[Path | InlineKey, BeforeValidator(_key_entry)]
 
 
 class TrustSettings(StrictModel):
-    """Which signed model packages this box loads: see the README's "Signed model packages"."""
+    """Which signed model packages this box loads: see docs/operating/fleets.md, "Signed model packages"."""
 
     keys: tuple[KeyEntry, ...] = Field(
         default=(),

@@ -178,7 +178,7 @@ class Daemon:
         ]
         raise ConfigError(
             f"{', '.join(fields)}: 2, but broker {self.connection.broker} takes at most QoS {check.maximum} "
-            f"({check.source}); set publish.qos to 1, or use a broker with QoS 2 (see README, brokers)"
+            f"({check.source}); set publish.qos to 1, or use a broker with QoS 2 (docs/operating/brokers.md)"
         )
 
     def _install_signal_handlers(self) -> None:

@@ -1,4 +1,5 @@
-"""The broker ACL the README gives, on a real Mosquitto: boxes keep to their own topics, operators command."""
+"""The broker ACL the documentation gives (Brokers and clusters, "Access control"), on a real Mosquitto: boxes keep
+to their own topics, operators command."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ import pytest
 from broker import Mosquitto
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+BROKERS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "operating" / "brokers.md"
 USERS = {"gate-3": "pw-3", "gate-4": "pw-4", "ops": "pw-ops"}
 
 
 def documented_acl() -> str:
-    """The code block that follows "**Broker ACLs.**" in the README."""
-    text = README.read_text()
+    """The code block that follows "**Broker ACLs.**" on the brokers page."""
+    text = BROKERS_PAGE.read_text()
     section = text[text.index("**Broker ACLs.**") :]
     match = re.search(r"```\n(.*?)```", section, re.DOTALL)
     assert match is not None

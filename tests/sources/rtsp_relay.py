@@ -82,8 +82,9 @@ class RtspRelay:
                     for client in list(self._clients):
                         try:
                             client.sendall(frame)
-                        except OSError:
-                            self._clients.remove(client)
+                        except OSError:  # the client left, or stop() closed it and cleared the list meanwhile
+                            with contextlib.suppress(ValueError):
+                                self._clients.remove(client)
 
     def _serve(self, client: socket.socket) -> None:
         buffer = b""
