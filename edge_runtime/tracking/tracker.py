@@ -11,8 +11,8 @@ Each analysed frame goes through these steps (`Tracker.update`):
    person half hidden behind a parked car scores low but is still the same person. They never start one.
 5. Confident detections still unmatched get a second chance against tracks still unmatched by Frigate's
    relative distance, which tolerates a box that moved further than its own size (at 5 fps an object can
-   jump past its prediction), but only where the filter finds the jump plausible: without that gate a
-   bush flickering two widths from a walker that was missed took over the walker's track.
+   jump past its prediction), but only where the filter finds the jump plausible (a 95 % Mahalanobis
+   gate): a steady walker missed for a frame is not two widths away, where a swaying bush may fire.
 6. Unmatched confident detections scoring at least `scores.new_track` start tentative tracks. A
    tentative track missed once is dropped; one matched `confirm_hits` frames in a row is confirmed.
 
