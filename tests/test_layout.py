@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "edge_runtime"
-STAGES = ("sources", "decoders", "backends", "mqtt", "hardware", "package")
+STAGES = ("sources", "decoders", "backends", "mqtt", "hardware", "package", "tracking")
 ABOVE = ("placement", "measure", "serving", "rollout", "control", "service", "commands", "cli")
 ROOT_MODULES = {"__init__.py", "__main__.py", "cli.py", "errors.py", "durable.py", "backoff.py", "strict_json.py"}
 

@@ -1,0 +1,153 @@
+"""The tracker's cost per analysed frame, and what importing it costs the daemon.
+
+Update time: one `Tracker.update` call per frame, on pre-generated detections (so making them is not
+timed), for 20 and 100 objects bouncing about a 1920×1080 frame at 10 fps with box noise, 5 % misses
+and two false positives a frame. The first 50 frames (tracks being confirmed) are not timed. Each round
+times `--frames` consecutive updates of each size in turn and takes their median; the table gives the
+median of the rounds' medians and their spread. One thread: numpy's BLAS is limited to one before numpy
+is imported. Goals: at most 0.5 ms for 20 objects and 2 ms for 100.
+
+Import: `import edge_runtime.tracking` in fresh interpreters that have already imported what the daemon
+always has (numpy, pydantic, the config base), so the figures are what tracking adds: wall time and
+resident memory (VmRSS) before and after, medians over `--imports` interpreters. Goals: at most 50 ms
+and 10 MB, and none of scipy, PIL, matplotlib loaded. The same from a bare interpreter is shown too.
+
+    python bench/tracking.py [--rounds 9] [--frames 200] [--imports 7]
+"""
+
+from __future__ import annotations
+
+import os
+
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_variable] = "1"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from edge_runtime.decoders.decoded import Detection  # noqa: E402
+from edge_runtime.tracking import TrackConfig, Tracker  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+WIDTH, HEIGHT, FPS = 1920, 1080, 10.0
+WARM_UP = 50
+GOALS_MS = {20: 0.5, 100: 2.0}
+IMPORT_GOALS = (50.0, 10.0)  # ms, MB
+HEAVY = ("scipy", "PIL", "matplotlib", "cv2", "torch")
+
+IMPORT_PROBE = """
+import json, sys, time
+%s
+def rss_mb():
+    with open('/proc/self/status') as status:
+        return next(int(line.split()[1]) for line in status if line.startswith('VmRSS:')) / 1024
+before, start = rss_mb(), time.perf_counter()
+import edge_runtime.tracking
+elapsed = time.perf_counter() - start
+heavy = [name for name in %r if name in sys.modules]
+print(json.dumps({"ms": elapsed * 1000, "mb": rss_mb() - before, "heavy": heavy}))
+"""
+ALREADY_LOADED = "import numpy, pydantic, edge_runtime.config.base"  # what the daemon has imported anyway
+
+
+def frames_of(objects: int, count: int, seed: int = 0) -> list[list[Detection]]:
+    """`count` frames of `objects` boxes bouncing about the frame, as a detector would report them."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.uniform([30, 80], [70, 160], (objects, 2))
+    positions = rng.uniform([0, 0], [WIDTH, HEIGHT], (objects, 2)) - sizes
+    velocities = rng.uniform(-150, 150, (objects, 2))
+    labels = rng.choice(["person", "car"], objects, p=[0.7, 0.3])
+    frames = []
+    for _ in range(count):
+        positions += velocities / FPS
+        bounce = (positions < 0) | (positions + sizes > [WIDTH, HEIGHT])
+        velocities[bounce] *= -1
+        noise = rng.normal(0, 0.03, (objects, 4)) * np.concatenate([sizes, sizes], axis=1)
+        boxes = np.concatenate([positions, positions + sizes], axis=1) + noise
+        scores = np.clip(rng.normal(0.8, 0.1, objects), 0.15, 0.99)
+        seen = rng.random(objects) > 0.05
+        detections = [
+            Detection(str(labels[i]), float(scores[i]), (boxes[i, 0], boxes[i, 1], boxes[i, 2], boxes[i, 3]))
+            for i in np.flatnonzero(seen)
+        ]
+        for _ in range(2):
+            x, y = rng.uniform(0, WIDTH - 60), rng.uniform(0, HEIGHT - 120)
+            detections.append(Detection("person", float(rng.uniform(0.1, 0.6)), (x, y, x + 50, y + 110)))
+        frames.append(detections)
+    return frames
+
+
+def update_times_ms(sizes: list[int], rounds: int, frames: int) -> dict[int, tuple[list[float], int]]:
+    """Per size, the median update time of each round and the number of objects reported at the end.
+
+    The sizes take turns round by round, so that a busy spell of the machine falls on all of them alike.
+    """
+    sequences = {objects: frames_of(objects, WARM_UP + rounds * frames) for objects in sizes}
+    trackers = {objects: Tracker(TrackConfig()) for objects in sizes}
+    for objects, tracker in trackers.items():
+        for index in range(WARM_UP):
+            tracker.update(sequences[objects][index], index / FPS, (WIDTH, HEIGHT))
+    medians: dict[int, list[float]] = {objects: [] for objects in sizes}
+    reported = dict.fromkeys(sizes, 0)
+    for round_number in range(rounds):
+        for objects, tracker in trackers.items():
+            times = []
+            for offset in range(frames):
+                index = WARM_UP + round_number * frames + offset
+                start = time.perf_counter()
+                update = tracker.update(sequences[objects][index], index / FPS, (WIDTH, HEIGHT))
+                times.append(time.perf_counter() - start)
+                reported[objects] = len(update.objects)
+            medians[objects].append(statistics.median(times) * 1000)
+    return {objects: (medians[objects], reported[objects]) for objects in sizes}
+
+
+def import_costs(count: int, preload: str) -> tuple[float, float, list[str]]:
+    """Median wall time (ms) and resident memory (MB) that importing the package adds after `preload`, over
+    `count` fresh interpreters, and the heavy modules any of them loaded."""
+    environment = dict(os.environ, PYTHONPATH=str(REPO))
+    probe = IMPORT_PROBE % (preload, HEAVY)
+    runs = []
+    for _ in range(count):
+        output = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=environment
+        )
+        runs.append(json.loads(output.stdout))
+    heavy = sorted({name for run in runs for name in run["heavy"]})
+    return statistics.median(run["ms"] for run in runs), statistics.median(run["mb"] for run in runs), heavy
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--frames", type=int, default=200)
+    parser.add_argument("--imports", type=int, default=7)
+    args = parser.parse_args()
+    print(f"command: python bench/tracking.py --rounds {args.rounds} --frames {args.frames} --imports {args.imports}")
+    print(f"{WIDTH}×{HEIGHT} at {FPS:g} fps, one thread; median of {args.rounds} rounds × {args.frames} updates\n")
+    print("| objects | objects reported | update ms (median of rounds) | rounds min–max ms | goal ms |")
+    print("|---:|---:|---:|---:|---:|")
+    for objects, (medians, reported) in update_times_ms(sorted(GOALS_MS), args.rounds, args.frames).items():
+        print(
+            f"| {objects} | {reported} | {statistics.median(medians):.3f} | "
+            f"{min(medians):.3f}–{max(medians):.3f} | ≤ {GOALS_MS[objects]} |"
+        )
+    milliseconds, megabytes, heavy = import_costs(args.imports, ALREADY_LOADED)
+    print(f"\nimport edge_runtime.tracking after numpy, pydantic and the config base ({args.imports} interpreters):")
+    print(f"{milliseconds:.1f} ms (goal ≤ {IMPORT_GOALS[0]:g}), +{megabytes:.1f} MB RSS (goal ≤ {IMPORT_GOALS[1]:g})")
+    print(f"heavy modules loaded: {', '.join(heavy) if heavy else 'none'}")
+    milliseconds, megabytes, _ = import_costs(args.imports, "")
+    print(
+        f"for reference, from a bare interpreter (numpy and pydantic too): {milliseconds:.0f} ms, +{megabytes:.1f} MB"
+    )
+
+
+if __name__ == "__main__":
+    main()

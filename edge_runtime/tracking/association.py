@@ -1,0 +1,130 @@
+"""How alike a track's predicted box and a detection are, and which detection goes with which track.
+
+Two measures, for two situations:
+
+- Overlap (intersection over union) is ByteTrack's and SORT's: at 10 fps and above an object moves a
+  fraction of its size between frames, so its predicted box and its detection overlap well, and overlap
+  does not depend on the object's size or the frame's resolution.
+- Frigate's relative distance is for when overlap fails: at 5 fps a walking person or a passing car can
+  move by more than its own width between frames, and a prediction that is a little off then overlaps
+  nothing. The bottom centre (where an object stands on the ground) is compared, with the displacement
+  measured in the predicted box's own widths and heights, plus how much the width and the height
+  changed (larger over smaller, minus one); the distance is the Euclidean norm of those four numbers.
+  Frigate matches up to 2.5.
+
+The assignment itself is LAPJV (Jonker-Volgenant, `lap.lapjv`), the solver ByteTrack's reference code
+uses: a rectangular cost matrix is extended internally, and `cost_limit` leaves a row and a column
+unmatched rather than pair them at a cost above the limit.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import lap
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["FORBIDDEN", "Assignment", "assign", "iou_matrix", "paired_iou", "relative_distance_matrix"]
+
+Array = npt.NDArray[np.float64]
+Indices = npt.NDArray[np.intp]
+
+FORBIDDEN = 1e6  # the cost of a pair that must never match (different labels); far above any limit
+
+
+class Assignment(NamedTuple):
+    """Matched (row, column) pairs, rows ascending, out of a cost matrix of `shape`."""
+
+    rows: Indices
+    columns: Indices
+    shape: tuple[int, int]
+
+    @property
+    def unmatched_rows(self) -> Indices:
+        return np.setdiff1d(np.arange(self.shape[0]), self.rows)
+
+    @property
+    def unmatched_columns(self) -> Indices:
+        return np.setdiff1d(np.arange(self.shape[1]), self.columns)
+
+
+def iou_matrix(first: Array, second: Array) -> Array:
+    """Intersection over union of every box in `first` (N×4) with every box in `second` (M×4): N×M."""
+    if len(first) == 0 or len(second) == 0:
+        return np.zeros((len(first), len(second)))
+    # One N×M array per step, each from a column and a row: broadcasting whole boxes (N×M×2) is slower.
+    width = np.minimum(first[:, 2:3], second[:, 2]) - np.maximum(first[:, 0:1], second[:, 0])
+    height = np.minimum(first[:, 3:4], second[:, 3]) - np.maximum(first[:, 1:2], second[:, 1])
+    intersection = np.maximum(width, 0.0) * np.maximum(height, 0.0)
+    first_area = (first[:, 2] - first[:, 0]) * (first[:, 3] - first[:, 1])
+    second_area = (second[:, 2] - second[:, 0]) * (second[:, 3] - second[:, 1])
+    union = first_area[:, None] + second_area[None, :] - intersection
+    return np.asarray(np.divide(intersection, union, out=np.zeros_like(intersection), where=union > 0))
+
+
+def paired_iou(first: Array, second: Array) -> Array:
+    """Intersection over union of first[i] with second[i], for each i (both N×4): N values."""
+    width = np.minimum(first[:, 2], second[:, 2]) - np.maximum(first[:, 0], second[:, 0])
+    height = np.minimum(first[:, 3], second[:, 3]) - np.maximum(first[:, 1], second[:, 1])
+    intersection = np.maximum(width, 0.0) * np.maximum(height, 0.0)
+    first_area = (first[:, 2] - first[:, 0]) * (first[:, 3] - first[:, 1])
+    second_area = (second[:, 2] - second[:, 0]) * (second[:, 3] - second[:, 1])
+    union = first_area + second_area - intersection
+    return np.asarray(np.divide(intersection, union, out=np.zeros_like(intersection), where=union > 0))
+
+
+def relative_distance_matrix(estimates: Array, detections: Array) -> Array:
+    """Frigate's distance from every estimate (N×4 boxes) to every detection (M×4 boxes): N×M.
+
+    0 means the same bottom centre and size; 1 is, for instance, a move by one box width.
+    """
+    if len(estimates) == 0 or len(detections) == 0:
+        return np.zeros((len(estimates), len(detections)))
+    estimate_width = np.maximum(estimates[:, 2] - estimates[:, 0], 1e-6)[:, None]
+    estimate_height = np.maximum(estimates[:, 3] - estimates[:, 1], 1e-6)[:, None]
+    detection_width = np.maximum(detections[:, 2] - detections[:, 0], 1e-6)
+    detection_height = np.maximum(detections[:, 3] - detections[:, 1], 1e-6)
+    shift_x = ((detections[:, 0] + detections[:, 2]) - (estimates[:, 0:1] + estimates[:, 2:3])) / (2 * estimate_width)
+    shift_y = (detections[:, 3] - estimates[:, 3:4]) / estimate_height
+    width_change = np.maximum(estimate_width, detection_width) / np.minimum(estimate_width, detection_width) - 1.0
+    height_change = np.maximum(estimate_height, detection_height) / np.minimum(estimate_height, detection_height) - 1.0
+    return np.asarray(np.sqrt(shift_x**2 + shift_y**2 + width_change**2 + height_change**2))
+
+
+def assign(cost: Array, limit: float) -> Assignment:
+    """The pairing of rows with columns of least total cost, pairing nothing that costs more than `limit`.
+
+    A pair costing at most the limit is never worse than leaving both unpaired, so a row and a column
+    that are each other's only candidate are paired directly; on a typical frame that is most tracks,
+    and the solver, whose time grows with the cube of what it is given, sees only the contested rest.
+    Rows and columns with no candidate at all are left out of it too.
+    """
+    rows_count, columns_count = cost.shape
+    nothing = np.zeros(0, dtype=np.intp)
+    if rows_count == 0 or columns_count == 0:
+        return Assignment(nothing, nothing, (rows_count, columns_count))
+    candidate = cost <= limit
+    row_candidates = candidate.sum(axis=1)
+    column_candidates = candidate.sum(axis=0)
+    single_rows = (row_candidates == 1).nonzero()[0]
+    their_columns = candidate[single_rows].argmax(axis=1)
+    exclusive = column_candidates[their_columns] == 1
+    rows, columns = single_rows[exclusive], their_columns[exclusive]
+
+    contested_rows = row_candidates > 0
+    contested_rows[rows] = False
+    contested_columns = column_candidates > 0
+    contested_columns[columns] = False
+    if contested_rows.any() and contested_columns.any():
+        row_indices, column_indices = contested_rows.nonzero()[0], contested_columns.nonzero()[0]
+        contested = cost[np.ix_(row_indices, column_indices)]
+        _, row_to_column, _ = lap.lapjv(contested, extend_cost=True, cost_limit=limit)
+        solved = (row_to_column >= 0).nonzero()[0]
+        solved_rows, solved_columns = row_indices[solved], column_indices[row_to_column[solved]]
+        within = cost[solved_rows, solved_columns] <= limit
+        rows = np.concatenate([rows, solved_rows[within]])
+        columns = np.concatenate([columns, solved_columns[within]])
+        order = rows.argsort()
+        rows, columns = rows[order], columns[order]
+    return Assignment(rows, columns, (rows_count, columns_count))

@@ -1,0 +1,104 @@
+"""Every live track as rows of arrays, and the score history that decides when a track is a real object.
+
+One row per track, one array per attribute, so that the per-frame work (predicting, comparing, ageing,
+judging scores) is a handful of numpy operations whatever the number of tracks, instead of a Python loop
+over track objects, which is where trackers built that way spend most of their time.
+
+The score history is Frigate's false-positive rule: the last 10 scores of a track, 0 for an analysed frame
+in which it was missed or matched only by a detection below its label's `min_score`; while it holds
+fewer than 3 scores it is padded with zeros to 3. A track becomes a real object once the median reaches
+its label's `threshold`, and stays one ("once a true positive, always a true positive"), so a real object
+that is partly hidden for a while is not taken back. The padding means one lucky frame is never enough:
+two of the first three frames must score at `threshold`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["HISTORY_LENGTH", "HISTORY_PADDING", "TrackTable", "median_scores"]
+
+Array = npt.NDArray[np.float64]
+
+HISTORY_LENGTH = 10
+HISTORY_PADDING = 3
+
+
+def median_scores(history: Array) -> Array:
+    """The median of each row's recorded scores (NaN marks no score yet; recorded scores are rightmost),
+    padded with zeros to `HISTORY_PADDING` scores."""
+    if len(history) == 0:
+        return np.zeros(0)
+    middle = HISTORY_LENGTH // 2
+    if not np.isnan(history[:, 0]).any():  # every row full, as for all tracks older than ten frames
+        ordered = np.sort(history, axis=1)
+        return np.asarray((ordered[:, middle - 1] + ordered[:, middle]) / 2)
+    padded = history.copy()
+    tail = padded[:, -HISTORY_PADDING:]
+    tail[np.isnan(tail)] = 0.0
+    counts = HISTORY_LENGTH - np.isnan(padded).sum(axis=1)
+    ordered = np.sort(padded, axis=1)  # NaN sorts last, so the recorded scores come first
+    rows = np.arange(len(padded))
+    return np.asarray((ordered[rows, (counts - 1) // 2] + ordered[rows, counts // 2]) / 2)
+
+
+@dataclass
+class TrackTable:
+    """The live tracks; row i of every array is track i. Rows are added and dropped together."""
+
+    means: Array  # (N, 8) filter states
+    spreads: Array  # (N, 3, 4) the filter's covariance blocks (see `kalman`)
+    label_codes: npt.NDArray[np.int64]  # (N,) index into the tracker's list of labels
+    hits: npt.NDArray[np.int64]  # (N,)
+    start_times: Array  # (N,) capture time of the first detection
+    last_seen: Array  # (N,) capture time of the latest match
+    missed_since: Array  # (N,) first analysed frame that missed it since its latest match; NaN if none did
+    still_since: Array  # (N,) capture time at which its box last moved away from `anchors`
+    anchors: Array  # (N, 4) the box where it last stopped
+    last_boxes: Array  # (N, 4) the latest matched detection's box
+    last_scores: Array  # (N,)
+    history: Array  # (N, HISTORY_LENGTH) scores, newest last, NaN before the first
+    top_scores: Array  # (N,) highest median reached
+    real: npt.NDArray[np.bool_]  # (N,) the median reached the label's threshold at some point
+    serials: npt.NDArray[np.int64]  # (N,) the tracker's running number for it, part of its id
+
+    @classmethod
+    def empty(cls) -> TrackTable:
+        return cls(
+            means=np.zeros((0, 8)),
+            spreads=np.zeros((0, 3, 4)),
+            label_codes=np.zeros(0, dtype=np.int64),
+            hits=np.zeros(0, dtype=np.int64),
+            start_times=np.zeros(0),
+            last_seen=np.zeros(0),
+            missed_since=np.zeros(0),
+            still_since=np.zeros(0),
+            anchors=np.zeros((0, 4)),
+            last_boxes=np.zeros((0, 4)),
+            last_scores=np.zeros(0),
+            history=np.zeros((0, HISTORY_LENGTH)),
+            top_scores=np.zeros(0),
+            real=np.zeros(0, dtype=np.bool_),
+            serials=np.zeros(0, dtype=np.int64),
+        )
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    def select(self, rows: npt.NDArray[np.bool_] | npt.NDArray[np.intp]) -> TrackTable:
+        """The tracks at `rows` (a boolean mask or indices), as a table of their own."""
+        return TrackTable(**{field.name: getattr(self, field.name)[rows] for field in fields(self)})
+
+    def extend(self, other: TrackTable) -> TrackTable:
+        """These tracks followed by `other`'s."""
+        if len(other) == 0:
+            return self
+        return TrackTable(
+            **{
+                field.name: np.concatenate([getattr(self, field.name), getattr(other, field.name)])
+                for field in fields(self)
+            }
+        )
