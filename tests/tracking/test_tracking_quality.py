@@ -63,9 +63,9 @@ def test_held_out_scenes_reach_the_mota_and_idf1_thresholds(fps: int) -> None:
             5,
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="the first held-out run gave 2.68 switches per 1000 boxes (24 in 8970) against 2.0; the "
-                "threshold came from seeds 0-9 (0.47), and seeds 0-59 give 1.09: too few switches per scene to "
-                "estimate from ten. Thresholds are not moved after seeing the held-out seeds.",
+                reason="at 5 fps the tracker makes 2.68 identity switches per 1000 boxes on seeds 100-119 "
+                "(24 in 8970), above the goal of 2.0: an object hidden behind a faster one in its lane, and a "
+                "flickering false detection beside an occluded one, still take each other's ids",
             ),
         ),
         10,
