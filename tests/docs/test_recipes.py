@@ -114,8 +114,12 @@ def test_your_own_model_on_a_camera(
     """The recipe's packages come from its own `package make` and edge-convert command lines (see conftest.py);
     here its configs run, the YOLO detector's once with each of its packages."""
     recipe = full_configs("recipes/your-own-model.md")[page_index]
-    made = request.getfixturevalue(package)
-    sandbox.model_makers[made.name] = lambda path, _pipeline: shutil.copytree(made, path)
+    made: Path = request.getfixturevalue(package)
+
+    def copy_made(path: Path, _pipeline: dict[str, Any]) -> None:
+        shutil.copytree(made, path)
+
+    sandbox.model_makers[made.name] = copy_made
     for name in ("yard-camera-url", "belt-camera-url"):
         sandbox.credentials[name] = camera_url(camera)
     config = sandbox.write(on_test_broker(recipe.text, mosquitto))
