@@ -42,7 +42,7 @@ Measured per model:
 - one at a time: closed loop, concurrency 1, median latency; against the model's synchronous latency
   in-process, compiled as the servers compile it and under the latency hint.
 - MQTT (when edge is among the sides): edge's MQTT 5 request/response (Response Topic, Correlation
-  Data) through a Mosquitto started here with `set_tcp_nodelay true` (as the README advises for
+  Data) through a Mosquitto started here with `set_tcp_nodelay true` (as docs/operating/brokers.md advises for
   request/response), against its HTTP route with the same JPEG body; capacity at the same bound,
   alternating.
 

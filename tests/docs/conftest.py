@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "sources"))
 
-from doc_snippets import REPO, SAMPLES, Sandbox, command_lines, edge_convert
+from doc_snippets import DOCS, REPO, SAMPLES, Sandbox, command_lines, edge_convert, edge_runtime
 
 # Every conversion runs as the recipe gives it, without the speed measurements (minutes on a small box).
 NO_BENCH = ("--bench-seconds", "0")
@@ -54,6 +54,26 @@ def yolo_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build_ultralytics_onnx(folder / "best.onnx", imgsz=(64, 64))
     arguments = recipe_command("recipes/your-own-model.md", ".venv/bin/edge-convert best.onnx")
     edge_convert(*[folder / a if a in ("best.onnx", "best") else a for a in arguments], *NO_BENCH)
+    return folder / "best"
+
+
+@pytest.fixture(scope="session")
+def yolo_package_as_is(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same export packaged as it is, with the recipe's own `edge-runtime package make` line, run as the box's
+    root would run it; what it prints must be the summary the recipe shows, but for the folder."""
+    from ultralytics_exports import build_ultralytics_onnx
+
+    folder = tmp_path_factory.mktemp("yolo-as-is")
+    build_ultralytics_onnx(folder / "best.onnx", imgsz=(64, 64))
+    program, *arguments = recipe_command(
+        "recipes/your-own-model.md", "sudo /opt/edge-runtime/venv/bin/edge-runtime package make"
+    )
+    assert program == "/opt/edge-runtime/venv/bin/edge-runtime"
+    target = "/opt/edge-runtime/models/best"
+    renamed = {"best.onnx": folder / "best.onnx", target: folder / "best"}
+    printed = edge_runtime(*[renamed.get(a, a) for a in arguments])
+    summary = printed.splitlines()[0].replace(str(folder / "best"), target)
+    assert summary.split(", sha256 ")[0] in (DOCS / "recipes" / "your-own-model.md").read_text(), printed
     return folder / "best"
 
 

@@ -338,6 +338,16 @@ def edge_convert(*args: str | Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def edge_runtime(*args: str | Path) -> str:
+    """`edge-runtime ARGS`, as the docs run it; its standard output, or the test fails with its output."""
+    import sys
+
+    command = [sys.executable, "-m", "edge_runtime", *map(str, args)]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 def command_lines(page: str, starting: str) -> Iterator[str]:
     """The lines of a page's ```sh blocks that start with `starting` (continuations joined)."""
     text = (DOCS / page).read_text(encoding="utf-8")

@@ -92,24 +92,34 @@ def test_rtsp_camera_to_faces_and_people(sandbox: Sandbox, mosquitto: Mosquitto,
 
 
 @pytest.mark.parametrize(
-    ("page_index", "pipeline", "task", "labels"),
+    ("page_index", "pipeline", "task", "labels", "package"),
     [
-        (0, "yard", "detection", {"person", "bicycle", "car"}),
-        (1, "belt", "classification", {f"part-{c}" for c in "abcdefghij"}),
+        (0, "yard", "detection", {"person", "bicycle", "car"}, "yolo_package_as_is"),
+        (0, "yard", "detection", {"person", "bicycle", "car"}, "yolo_package"),
+        (1, "belt", "classification", {f"part-{c}" for c in "abcdefghij"}, "classifier_package"),
     ],
-    ids=["yolo", "classifier"],
+    ids=["yolo-package-make", "yolo-edge-convert", "classifier"],
 )
 def test_your_own_model_on_a_camera(
     sandbox: Sandbox,
     mosquitto: Mosquitto,
     camera: RtspRelay,
+    request: pytest.FixtureRequest,
     page_index: int,
     pipeline: str,
     task: str,
     labels: set[str],
+    package: str,
 ) -> None:
-    """The recipe's packages come from its own edge-convert command lines (see conftest.py); here its configs run."""
+    """The recipe's packages come from its own `package make` and edge-convert command lines (see conftest.py);
+    here its configs run, the YOLO detector's once with each of its packages."""
     recipe = full_configs("recipes/your-own-model.md")[page_index]
+    made: Path = request.getfixturevalue(package)
+
+    def copy_made(path: Path, _pipeline: dict[str, Any]) -> None:
+        shutil.copytree(made, path)
+
+    sandbox.model_makers[made.name] = copy_made
     for name in ("yard-camera-url", "belt-camera-url"):
         sandbox.credentials[name] = camera_url(camera)
     config = sandbox.write(on_test_broker(recipe.text, mosquitto))
@@ -124,6 +134,8 @@ def test_your_own_model_on_a_camera(
     assert {r["task"] for r in found} == {task}
     if task == "detection":
         assert found[0]["model"]["name"] == "best"
+        if package == "yolo_package_as_is":  # the one variant, as the recipe's result shows it
+            assert found[0]["model"] == {"name": "best", "version": "1", "variant": "onnx/fp32"}
         named = {d["label"] for r in found for d in r["result"]["detections"]}
         assert named and named <= labels
         assert all(d["score"] >= 0.4 for r in found for d in r["result"]["detections"])
