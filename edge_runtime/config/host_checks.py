@@ -1,13 +1,13 @@
 """Checks of what a config needs from the box itself: the inputs its sources read and the directories it writes.
 
-A source whose file, folder, camera or serial port is not there, and a state or cache directory that
-cannot be made, are refused before anything starts, with the field that names them: `run` would
-otherwise fail at the first frame or the first write, with a message naming neither field nor line.
-A video file is opened and one frame decoded, the check a file source makes when it starts (cheap: one
-frame of a local file). A camera or serial port whose device node does not exist is refused like a
-missing file, since it is most often a wrong number in the file; a box meant to run without it keeps
-that pipeline disabled (`enabled: false`, or an operator's `pipeline disable`). Stream URLs are not
-tried: a network camera down at start is an outage the source rides out, not a mistake in the file.
+A source whose file, folder or replay file is not there, and a state or cache directory that cannot be
+made, are refused before anything starts, with the field that names them: `run` would otherwise fail
+at the first frame or the first write, with a message naming neither field nor line. A video file is
+opened and one frame decoded, the check a file source makes when it starts (cheap: one frame of a
+local file). A camera or serial port whose device node does not exist is only said (`device_notes`):
+a USB camera unplugged at boot must not keep the box's other pipelines from starting, and its source
+retries until it is plugged in. Stream URLs are not tried: a network camera down at start is an
+outage the source rides out, not a mistake in the file.
 """
 
 from __future__ import annotations
