@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -132,6 +133,7 @@ def test_subscriptions_come_back_after_a_broker_restart(
     assert inbox.wait_for(b"after")
 
 
+SUBSCRIPTIONS_LOG = "edge_runtime.mqtt.subscriptions"
 SUBSCRIBE_ONLY_TO_BOX_1 = {
     "defaultACLAccess": {
         "publishClientSend": True,
@@ -148,7 +150,7 @@ SUBSCRIBE_ONLY_TO_BOX_1 = {
 
 @pytest.mark.parametrize("protocol", ["5", "3.1.1"])
 def test_a_subscription_the_broker_refuses_is_logged_with_its_topic_and_reason(
-    tmp_path: Path, connections: Callable[..., MqttConnection], protocol: str, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, connections: Callable[..., MqttConnection], protocol: str
 ) -> None:
     # Mosquitto's acl_file grants every subscription and filters delivery; its dynamic security plugin
     # answers a denied subscription with a refusal, as brokers with subscribe ACLs do.
@@ -156,14 +158,14 @@ def test_a_subscription_the_broker_refuses_is_logged_with_its_topic_and_reason(
     security.write_text(json.dumps(SUBSCRIBE_ONLY_TO_BOX_1))
     library = next(Path("/usr/lib").glob("*/mosquitto_dynamic_security.so"))  # Debian's mosquitto package
     plugin = [f"plugin {library}", f"plugin_opt_config_file {security}"]
-    with Mosquitto(tmp_path / "broker", listener_options=plugin) as broker:
+    with Mosquitto(tmp_path / "broker", listener_options=plugin) as broker, recording(SUBSCRIPTIONS_LOG) as log:
         connection = connections(broker, protocol=protocol)
         inbox = Inbox()
         connection.subscribe("edge/box-1/cmd", 1, inbox)
         connection.subscribe("edge/box-2/cmd", 1, inbox)
         assert connection.wait_subscribed(5)
         assert list(connection.subscriptions.refused) == ["edge/box-2/cmd"]
-        said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        said = [message for message in log.messages if "refused" in message]
         assert len(said) == 1 and "edge/box-2/cmd" in said[0] and "client box-1" in said[0], said
         broker.publish("edge/box-1/cmd", b"allowed", qos=1)
         assert inbox.wait_for(b"allowed")
@@ -172,7 +174,7 @@ def test_a_subscription_the_broker_refuses_is_logged_with_its_topic_and_reason(
         assert wait_for(lambda: not connection.connected, 5)
         assert connection.wait_subscribed(10)
         assert list(connection.subscriptions.refused) == ["edge/box-2/cmd"]
-        assert len([r for r in caplog.records if "refused" in r.getMessage()]) == 1
+        assert len([message for message in log.messages if "refused" in message]) == 1
 
 
 @pytest.mark.parametrize("protocol", ["5", "3.1.1"])
@@ -216,21 +218,11 @@ def test_tls_with_the_pinned_ca(
 def test_tls_with_a_wrong_ca_fails_clearly(
     pki: Pki, brokers: Callable[..., Mosquitto], connections: Callable[..., MqttConnection]
 ) -> None:
-    # A handler of its own on the connection's logger: other libraries in the same test session (TensorFlow's
-    # absl logging) may rearrange the root logger that pytest's caplog listens on.
-    logger = logging.getLogger("edge_runtime.mqtt.connection")
-    recorder = RecordingHandler()
-    logger.addHandler(recorder)
-    previous_level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
+    with recording("edge_runtime.mqtt.connection") as recorder:
         broker = brokers(tls=tls(pki))
         connection = connections(broker, tls=TlsSettings(ca_file=pki.other_ca_cert))
         logged = lambda: any(str(pki.other_ca_cert) in message for message in recorder.messages)  # noqa: E731
         assert wait_for(lambda: "not trusted" in connection.last_error and logged(), 20), recorder.messages
-    finally:
-        logger.removeHandler(recorder)
-        logger.setLevel(previous_level)
     assert not connection.connected
     assert f"TLS certificate of broker 127.0.0.1:{broker.port} not trusted" in connection.last_error
     assert f"checked against pinned CA {pki.other_ca_cert}" in connection.last_error
@@ -243,6 +235,25 @@ class RecordingHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def recording(name: str) -> Iterator[RecordingHandler]:
+    """The warnings of one logger, on a handler of its own: other libraries in the same test session
+    (TensorFlow's absl logging, a dictConfig) may rearrange the root logger that pytest's caplog listens
+    on, change its level, or disable loggers that existed before them."""
+    logger = logging.getLogger(name)
+    recorder = RecordingHandler()
+    logger.addHandler(recorder)
+    previous = logger.level, logger.disabled
+    logger.setLevel(logging.WARNING)
+    logger.disabled = False
+    try:
+        yield recorder
+    finally:
+        logger.removeHandler(recorder)
+        logger.setLevel(previous[0])
+        logger.disabled = previous[1]
 
 
 def test_tls_checks_the_host_name(
