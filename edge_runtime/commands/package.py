@@ -59,17 +59,17 @@ def _make(args: argparse.Namespace) -> int:
     from edge_runtime.package.maker import PackageRequest, make_package, parse_labels
     from edge_runtime.placement.loading import load_selected, look_at_box, select_for
 
-    args.model = _model_file(args.model)
-    bare = open_package(args.model)
+    model = _model_file(args.model)
+    bare = open_package(model)
     if not bare.bare_file:
-        raise EdgeRuntimeError(f"{args.model} is a package already; give the model file it was made from")
+        raise EdgeRuntimeError(f"{model} is a package already; give the model file it was made from")
     loaded, _ = load_selected(bare, select_for(bare, look_at_box(isolated=True)))
     try:
         inputs, outputs = list(loaded.inputs), list(loaded.outputs)
     finally:
         loaded.backend.close()
     request = PackageRequest(
-        model=args.model,
+        model=model,
         out_dir=args.output,
         name=args.name,
         version=args.version,
