@@ -123,6 +123,8 @@ class CameraSource(FrameSource):
             capture = self._open_live()
             if not capture.isOpened():
                 capture.release()
+                if self.stopping:  # closed while the open waited: no reason to find out, no retry to announce
+                    return
                 delay = backoff.next_delay()
                 self._monitor.lost(f"the input cannot be opened: {_why_not_opened(self.config)}", delay)
                 self._wait(delay)
