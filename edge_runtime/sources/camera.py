@@ -123,7 +123,7 @@ class CameraSource(FrameSource):
             capture = self._open_live()
             if not capture.isOpened():
                 capture.release()
-                if self.stopping:  # closed while the open waited: no reason to find out, no retry to announce
+                if self._stop.is_set():  # closed while the open waited: no reason to find out, no retry to announce
                     return
                 delay = backoff.next_delay()
                 self._monitor.lost(f"the input cannot be opened: {_why_not_opened(self.config)}", delay)
