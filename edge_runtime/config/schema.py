@@ -28,6 +28,7 @@ from edge_runtime.sources.configs import (
     CameraSourceConfig,
     SensorSourceConfig,
 )
+from edge_runtime.tracking.config import TrackConfig
 
 TOPIC_UNSAFE = frozenset("/+#")
 MAX_NAME_LENGTH = 128
@@ -203,6 +204,11 @@ class PipelineConfig(StrictModel):
         default_factory=PublishSettings,
         description="which results go to <prefix>/<device_id>/<pipeline>/result, and how",
     )
+    track: TrackConfig | None = Field(
+        default=None,
+        description="follow detected objects from frame to frame: each detection that is a confirmed object "
+        "gets its `track_id` and `stationary` in the result (cameras with a detection model only); null: no tracking",
+    )
 
     @field_validator("name")
     @classmethod
@@ -219,6 +225,8 @@ class PipelineConfig(StrictModel):
             return self
         if self.publish.snapshot.enabled:
             raise ValueError(f"publish.snapshot needs a camera source; {self.source.type!r} gives sensor windows")
+        if self.track is not None:
+            raise ValueError(f"track needs a camera source; {self.source.type!r} gives sensor windows")
         image_only = [
             f for f in ("resize", "color_order", "pad_value") if self.preprocess and getattr(self.preprocess, f)
         ]
