@@ -178,7 +178,14 @@ class PublishSettings(StrictModel):
     qos: Literal[0, 1, 2] = Field(default=1, description="MQTT QoS of result messages")
     retain: bool = Field(default=False, description="retain the latest result on the broker")
     only_on_change: bool = Field(default=False, description="publish a result only when it differs from the last")
-    min_score: float | None = Field(default=None, ge=0, le=1, description="drop detections scoring below this")
+    min_score: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="leave out detections and classes scoring below this, and send nothing for a frame left "
+        "with none; a result with one score (a keypoint set's mean, an anomaly score) is sent whole or not at "
+        "all; results without scores (segmentation, regression, raw) are always sent",
+    )
     snapshot: SnapshotSettings = Field(
         default_factory=SnapshotSettings,
         description="JPEG snapshots with the results drawn on <prefix>/<device_id>/<pipeline>/snapshot (cameras only)",
