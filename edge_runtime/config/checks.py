@@ -9,7 +9,8 @@ must exist and its manifest read; the files of each variant the pipeline may loa
 the sha256 the manifest records, the check loading makes before handing a file to a backend. Where the
 box requires signed packages, the signature check covers every file instead. Compiling a model in its
 backend is left to `run`: it can take minutes. The pinned variant, the decoder and preprocessing
-overrides and the kind of source are checked against the manifest.
+overrides, the kind of source and the `track` section are checked against the manifest: tracking needs
+a decoder that gives detections, and the labels the section names must be the model's.
 
 The endpoints the daemon listens on are checked against each other too: two on one port would let
 the config pass and `run` fail at start with "address already in use".
@@ -32,6 +33,7 @@ from edge_runtime.config.schema import DecoderOverride, ModelConfig, PipelineCon
 from edge_runtime.errors import ConfigError, EdgeRuntimeError, ManifestError
 from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.store import ModelStore
+from edge_runtime.tracking.config import DEFAULT_FILTER
 
 IMAGE_LAYOUTS = ("NHWC", "NCHW")
 SEQUENCE_LAYOUTS = ("NC", "NTC", "NCT")
@@ -235,6 +237,8 @@ def _check_against_package(at: FieldPath, pipeline: PipelineConfig, package: Mod
     manifest = package.manifest
     if pipeline.decoder is not None:
         yield from _check_decoder((*at, "decoder"), pipeline.decoder, package)
+    if pipeline.track is not None and pipeline.track.enabled:
+        yield from _check_track((*at, "track"), pipeline, package)
     if not manifest.inputs:
         return
     spec = manifest.inputs[0]
@@ -263,3 +267,39 @@ def _check_decoder(at: FieldPath, override: DecoderOverride, package: ModelPacka
         make_decoder(spec.name, spec.params, package.manifest.labels)
     except (ValueError, ConfigError) as error:
         yield Problem(at, str(error))
+
+
+def _check_track(at: FieldPath, pipeline: PipelineConfig, package: ModelPackage) -> Iterator[Problem]:
+    """Tracking follows detections, by label: the model's decoder must give detections, and every label the
+    section names must be one the model gives. A decoder override that does not build is reported already."""
+    from edge_runtime.decoders import decoder_class  # imports OpenCV; only needed for a tracking pipeline
+    from edge_runtime.decoders.decoded import Detections
+
+    manifest = package.manifest
+    try:
+        spec = pipeline.decoder.applied_to(manifest.decoder) if pipeline.decoder else manifest.decoder
+        gives = decoder_class(spec.name if spec is not None else "raw").gives
+    except (ValueError, ConfigError):
+        return
+    if not issubclass(gives, Detections):
+        name = spec.name if spec is not None else "raw (the manifest names no decoder)"
+        yield Problem(
+            at,
+            f"tracking needs detections; model {manifest.name} is a {manifest.task.value} model whose decoder "
+            f"{name} gives {gives.task} results",
+        )
+        return
+    track = pipeline.track
+    assert track is not None
+    named = [((*at, "labels", index), label) for index, label in enumerate(track.labels)]
+    named += [((*at, "filters", label), label) for label in track.filters if label != DEFAULT_FILTER]
+    for where, label in named:
+        if manifest.labels and label not in manifest.labels:
+            known = ", ".join(manifest.labels)
+            yield Problem(where, f"model {manifest.name} has no label {label!r}; its labels: {known}")
+        elif not manifest.labels and not label.isdigit():
+            yield Problem(
+                where,
+                f"model {manifest.name} lists no labels, so its detections are labelled by class number "
+                f"('0', '1', ...), not {label!r}",
+            )

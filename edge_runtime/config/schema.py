@@ -28,6 +28,7 @@ from edge_runtime.sources.configs import (
     CameraSourceConfig,
     SensorSourceConfig,
 )
+from edge_runtime.tracking.config import TrackConfig
 
 TOPIC_UNSAFE = frozenset("/+#")
 MAX_NAME_LENGTH = 128
@@ -177,7 +178,14 @@ class PublishSettings(StrictModel):
     qos: Literal[0, 1, 2] = Field(default=1, description="MQTT QoS of result messages")
     retain: bool = Field(default=False, description="retain the latest result on the broker")
     only_on_change: bool = Field(default=False, description="publish a result only when it differs from the last")
-    min_score: float | None = Field(default=None, ge=0, le=1, description="drop detections scoring below this")
+    min_score: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="leave out detections and classes scoring below this, and send nothing for a frame left "
+        "with none; a result with one score (a keypoint set's mean, an anomaly score) is sent whole or not at "
+        "all; results without scores (segmentation, regression, raw) are always sent",
+    )
     snapshot: SnapshotSettings = Field(
         default_factory=SnapshotSettings,
         description="JPEG snapshots with the results drawn on <prefix>/<device_id>/<pipeline>/snapshot (cameras only)",
@@ -203,6 +211,11 @@ class PipelineConfig(StrictModel):
         default_factory=PublishSettings,
         description="which results go to <prefix>/<device_id>/<pipeline>/result, and how",
     )
+    track: TrackConfig | None = Field(
+        default=None,
+        description="follow detected objects from frame to frame: each detection that is a confirmed object "
+        "gets its `track_id` and `stationary` in the result (cameras with a detection model only); null: no tracking",
+    )
 
     @field_validator("name")
     @classmethod
@@ -219,6 +232,8 @@ class PipelineConfig(StrictModel):
             return self
         if self.publish.snapshot.enabled:
             raise ValueError(f"publish.snapshot needs a camera source; {self.source.type!r} gives sensor windows")
+        if self.track is not None:
+            raise ValueError(f"track needs a camera source; {self.source.type!r} gives sensor windows")
         image_only = [
             f for f in ("resize", "color_order", "pad_value") if self.preprocess and getattr(self.preprocess, f)
         ]

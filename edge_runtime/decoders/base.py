@@ -77,6 +77,7 @@ class Decoder(ABC):
 
     params_type: ClassVar[type[DecoderParams]]
     name: ClassVar[str]
+    gives: ClassVar[type[Decoded]]  # what `decode` returns, for checks made before a model runs
 
     @classmethod
     def from_params(cls: type[D], params: Mapping[str, Any], labels: tuple[str, ...]) -> D:

@@ -52,6 +52,7 @@ def looks_like_probabilities(values: np.ndarray, quantized: bool) -> bool:
 
 class ClassificationDecoder(Decoder):
     name = "classification"
+    gives = Classifications
     params_type = ClassificationParams
 
     def __init__(self, params: ClassificationParams, labels: tuple[str, ...]) -> None:

@@ -1,9 +1,13 @@
 """What decoders return: one small result type per task, each able to say three things.
 
 - `to_dict()` is the `result` object of a result message (JSON-ready: plain lists, dicts, rounded floats).
-- `top_score` feeds "publish only above a score threshold". Results with no notion of confidence
-  (segmentation, regression, raw) return None, meaning a score threshold does not apply to them; a result
-  that could have had scores but found nothing (no detections) returns 0.0, so it stays below any threshold.
+- `top_score` is the best confidence in the result. Results with no notion of confidence (segmentation,
+  regression, raw) return None; a result that could have had scores but found nothing (no detections)
+  returns 0.0.
+- `scoring_at_least(min_score)` feeds "publish only what scores at least `publish.min_score`". A result
+  made of scored items (detections, classes) keeps the items at or above it, and is None when none
+  is left; a result with one score for the whole (a keypoint set's mean, an anomaly score) is kept or
+  dropped whole; a result without scores is always kept.
 - `signature()` feeds "publish only on change": two results with equal signatures are the same news to
   a subscriber. It keeps what a person would call a change (a new object, a different top class, a
   keypoint appearing) and drops what jitters every frame (scores, box coordinates). Per task:
@@ -21,6 +25,7 @@
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import math
@@ -31,6 +36,11 @@ from typing import Any, ClassVar
 
 def _round(value: float, digits: int) -> float:
     return round(float(value), digits)
+
+
+def _negated_score(item: Detection | ClassScore) -> float:
+    """The sort key under which items listed best first are ascending, for bisection."""
+    return -item.score
 
 
 def _json_number(value: float, digits: int) -> float | None:
@@ -53,6 +63,12 @@ class Decoded(ABC):
     @abstractmethod
     def signature(self) -> tuple[str, ...]: ...
 
+    def scoring_at_least(self, min_score: float) -> Decoded | None:
+        """The part of this result to publish under a score threshold; None when nothing of it is left.
+        Here for results with one score for the whole, or none; results of scored items override it."""
+        score = self.top_score
+        return self if score is None or score >= min_score else None
+
 
 @dataclass(frozen=True)
 class Landmark:
@@ -73,12 +89,18 @@ class Landmark:
 
 @dataclass(frozen=True)
 class Detection:
-    """One object, with its box in source-image pixels, clipped to the frame, and its landmarks, not clipped."""
+    """One object, with its box in source-image pixels, clipped to the frame, and its landmarks, not clipped.
+
+    `track_id` and `stationary` are set by a pipeline that tracks objects, on the detections that are a
+    confirmed object; a decoder leaves them None, and a detection without them publishes neither key.
+    """
 
     label: str
     score: float
     box: tuple[float, float, float, float]  # x_min, y_min, x_max, y_max
     keypoints: tuple[Landmark, ...] = field(default=())
+    track_id: str | None = None
+    stationary: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -88,6 +110,9 @@ class Detection:
         }
         if self.keypoints:
             data["keypoints"] = [point.to_dict() for point in self.keypoints]
+        if self.track_id is not None:
+            data["track_id"] = self.track_id
+            data["stationary"] = bool(self.stationary)
         return data
 
 
@@ -107,6 +132,14 @@ class Detections(Decoded):
 
     def signature(self) -> tuple[str, ...]:
         return tuple(sorted(d.label for d in self.detections))
+
+    def scoring_at_least(self, min_score: float) -> Detections | None:
+        """The detections scoring at least `min_score`: a prefix, since they are best first."""
+        detections = self.detections
+        kept = bisect.bisect_right(detections, -min_score, key=_negated_score)
+        if kept == len(detections):
+            return self if kept else None
+        return Detections(detections[:kept]) if kept else None
 
 
 @dataclass(frozen=True)
@@ -131,6 +164,14 @@ class Classifications(Decoded):
 
     def signature(self) -> tuple[str, ...]:
         return (self.classes[0].label,) if self.classes else ()
+
+    def scoring_at_least(self, min_score: float) -> Classifications | None:
+        """The classes scoring at least `min_score`: a prefix, since they are best first."""
+        classes = self.classes
+        kept = bisect.bisect_right(classes, -min_score, key=_negated_score)
+        if kept == len(classes):
+            return self if kept else None
+        return Classifications(classes[:kept]) if kept else None
 
 
 @dataclass(frozen=True)

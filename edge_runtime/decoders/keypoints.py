@@ -39,6 +39,7 @@ class KeypointParams(DecoderParams):
 
 class KeypointDecoder(Decoder):
     name = "keypoints"
+    gives = Keypoints
     params_type = KeypointParams
 
     def __init__(self, params: KeypointParams, labels: tuple[str, ...]) -> None:

@@ -28,6 +28,7 @@ class RawParams(DecoderParams):
 
 class RawDecoder(Decoder):
     name = "raw"
+    gives = RawOutputs
     params_type = RawParams
 
     def __init__(self, params: RawParams, labels: tuple[str, ...]) -> None:

@@ -30,6 +30,7 @@ class AnomalyParams(DecoderParams):
 
 class AnomalyDecoder(Decoder):
     name = "anomaly"
+    gives = Anomaly
     params_type = AnomalyParams
 
     def __init__(self, params: AnomalyParams, labels: tuple[str, ...]) -> None:
@@ -56,6 +57,7 @@ class RegressionParams(DecoderParams):
 
 class RegressionDecoder(Decoder):
     name = "regression"
+    gives = Regression
     params_type = RegressionParams
 
     def __init__(self, params: RegressionParams, labels: tuple[str, ...]) -> None:

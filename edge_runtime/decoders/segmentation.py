@@ -36,6 +36,7 @@ class SegmentationParams(DecoderParams):
 
 class SegmentationDecoder(Decoder):
     name = "segmentation"
+    gives = Segmentation
     params_type = SegmentationParams
 
     def __init__(self, params: SegmentationParams, labels: tuple[str, ...]) -> None:

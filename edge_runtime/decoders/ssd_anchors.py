@@ -89,6 +89,7 @@ def generate_anchors(params: SsdAnchorParams, height: int, width: int) -> np.nda
 
 class SsdAnchorDecoder(Decoder):
     name = "ssd_anchors"
+    gives = Detections
     params_type = SsdAnchorParams
 
     def __init__(self, params: SsdAnchorParams, labels: tuple[str, ...]) -> None:

@@ -47,6 +47,7 @@ class YoloParams(DecoderParams):
 
 class YoloDecoder(Decoder):
     name = "yolo"
+    gives = Detections
     params_type = YoloParams
 
     def __init__(self, params: YoloParams, labels: tuple[str, ...]) -> None:

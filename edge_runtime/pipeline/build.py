@@ -44,6 +44,7 @@ def build_pipeline(
         input_spec=input_spec_for(config, model),
         policy=publish_policy(config),
         sink=sink,
+        track=config.track,
         retained=retained,
         max_in_flight=config.model.max_in_flight,
         on_progress=on_progress,

@@ -5,9 +5,11 @@ submits them to the backend's async runner, which blocks while the runner is ful
 backpressure that makes a live camera drop stale frames at the source instead of queueing them.
 The runner hands each finished request's outputs to a bounded post queue, from a thread of its own
 (OpenVINO's completion thread, LiteRT's and ONNX Runtime's worker threads). The post
-thread decodes and describes the result, then gives it to each of the pipeline's outputs (see
+thread decodes the result, follows its objects where the pipeline tracks them (see `objects`), keeps
+what `publish` asks for and describes it, then gives it to each of the pipeline's outputs (see
 `outputs`): the result message to the publisher, which spools it to disk before anything can be lost,
-a snapshot, a mask.
+a snapshot, a mask. A tracking pipeline's post thread also wakes when nothing came to post for
+`IDLE_POLL_S`, so that its objects age while the motion gate holds every frame back.
 
 The model a pipeline runs is put on its retained model topic when it starts and after every swap, through
 `retained` (the daemon's `RetainedStates`), so the digests of its files reach a subscriber once rather than
@@ -26,9 +28,10 @@ from typing import Protocol
 
 from edge_runtime.backends.base import AsyncRunner, Outputs
 from edge_runtime.decoders.base import Decoder
-from edge_runtime.decoders.decoded import Decoded
+from edge_runtime.decoders.decoded import Decoded, Detections
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.manifest import InputSpec
+from edge_runtime.pipeline.objects import ObjectListener, object_stage_for
 from edge_runtime.pipeline.outputs import Described, MessageSink, Output, PublishPolicy, publish_outputs
 from edge_runtime.pipeline.preprocess import FrameTransform, Preprocessor, preprocessor_for
 from edge_runtime.pipeline.results import (
@@ -45,10 +48,13 @@ from edge_runtime.pipeline.results import (
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.service.stats import PipelineStats
 from edge_runtime.sources.base import EndOfSource, Frame, Item, Source
+from edge_runtime.tracking.config import TrackConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Pipeline", "PublishPolicy", "RetainedSink"]
+__all__ = ["IDLE_POLL_S", "Pipeline", "PublishPolicy", "RetainedSink"]
+
+IDLE_POLL_S = 0.25  # how long a tracking pipeline's post thread waits for a result before it tells its objects
 
 
 class RetainedSink(Protocol):
@@ -93,7 +99,8 @@ class _Job:
 
 class Pipeline:
     """One source's items through one model; results go to the outputs `publish_outputs` makes of the policy,
-    plus any `extra_outputs`."""
+    plus any `extra_outputs`. With `track`, detections are followed as objects first, and each update goes to
+    `object_listeners` too."""
 
     def __init__(
         self,
@@ -107,6 +114,8 @@ class Pipeline:
         policy: PublishPolicy,
         sink: MessageSink,
         extra_outputs: Sequence[Output] = (),
+        track: TrackConfig | None = None,
+        object_listeners: Sequence[ObjectListener] = (),
         retained: RetainedSink | None = None,
         max_in_flight: int | None = None,
         on_progress: Callable[[str], None] | None = None,
@@ -122,6 +131,9 @@ class Pipeline:
         self._retained = retained
         self._model_topic = topics.model(name)
         self.stats = PipelineStats(name)
+        self.objects = object_stage_for(track, object_listeners, self.stats.error)
+        self._items_read = 0  # by the feed thread, and taken off the post queue by the post thread: equal when
+        self._items_posted = 0  # nothing is in flight, the only time the objects may be told that time went by
         self.finished = threading.Event()
         self._on_progress = on_progress or (lambda _name: None)
         self._on_waiting = on_waiting or (lambda _name, _reason: None)
@@ -240,6 +252,7 @@ class Pipeline:
                         self.name, "input" if stats.connected else f"source: {stats.last_error or 'connecting'}"
                     )
                     continue
+                self._items_read += 1
                 for tap in self._taps:
                     try:
                         tap(item)
@@ -261,7 +274,16 @@ class Pipeline:
         self._post_queue.put((job, outputs, error))
 
     def _post(self) -> None:
-        while (entry := self._post_queue.get()) is not None:
+        idle_after = IDLE_POLL_S if self.objects is not None else None
+        while True:
+            try:
+                entry = self._post_queue.get(timeout=idle_after)
+            except queue.Empty:
+                self._idle()
+                continue
+            if entry is None:
+                break
+            self._items_posted += 1
             job, outputs, error = entry
             if error is not None or outputs is None:
                 log.warning("pipeline %s: inference failed: %s", self.name, error)
@@ -274,17 +296,30 @@ class Pipeline:
                 self.stats.error()
             self._on_progress(self.name)
 
+    def _idle(self) -> None:
+        """Nothing came to post for a while: with nothing in flight either, tell the objects what the source
+        held back, so that objects already missing when the scene went still end on time."""
+        if self.objects is None or self._items_read != self._items_posted:
+            return
+        try:
+            self.objects.idle(self.source.latest_held())
+        except Exception:
+            log.exception("pipeline %s: following objects through held frames failed", self.name)
+            self.stats.error()
+
     def _publish_result(self, job: _Job, outputs: Outputs) -> None:
         inferred = time.perf_counter()
         infer_ms = (inferred - job.submitted) * 1000
         used = job.used
         decoded = used.decoder.decode(outputs, used.model.outputs, job.transform)
-        keep = self._wanted(decoded)
-        result = decoded.to_dict() if keep else None
+        if self.objects is not None and isinstance(decoded, Detections) and isinstance(job.item, Frame):
+            decoded = self.objects.on_frame(job.item, decoded)
+        published = self._published(decoded)
+        result = published.to_dict() if published is not None else None
         post_ms = (time.perf_counter() - inferred) * 1000
         now = time.time()
         latency = StageLatency(job.pre_ms, infer_ms, post_ms, (now - job.item.captured_at) * 1000)
-        if result is not None:
+        if published is not None and result is not None:
             message = build_result(
                 device_id=self.device_id,
                 pipeline=self.name,
@@ -300,8 +335,8 @@ class Pipeline:
                 task=used.task,
                 result=result,
             )
-            self._hand_out(Described(job.item, decoded, message))
-        self.stats.record(vars(latency), keep)
+            self._hand_out(Described(job.item, published, message))
+        self.stats.record(vars(latency), published is not None)
 
     def _hand_out(self, described: Described) -> None:
         """Each output in turn; one that fails is logged and counted, and the next still runs."""
@@ -313,16 +348,21 @@ class Pipeline:
                 log.exception("pipeline %s: output %s failed", self.name, type(output).__name__)
                 self.stats.error()
 
-    def _wanted(self, decoded: Decoded) -> bool:
-        score = decoded.top_score
-        if self.policy.min_score is not None and score is not None and score < self.policy.min_score:
-            return False  # results without a confidence (segmentation, regression) are not thresholded
+    def _published(self, decoded: Decoded) -> Decoded | None:
+        """The part of the result to publish, or None: what scores at least `min_score` (see
+        `Decoded.scoring_at_least`), and with `only_on_change` only when that part is news. The change is
+        judged on what would be published, so a weak detection flickering below the threshold is none."""
+        if self.policy.min_score is not None:
+            kept = decoded.scoring_at_least(self.policy.min_score)
+            if kept is None:
+                return None
+            decoded = kept
         if self.policy.only_on_change:
             signature = decoded.signature()
             if signature == self._last_signature:
-                return False
+                return None
             self._last_signature = signature
-        return True
+        return decoded
 
 
 def _frame_size(item: Item) -> FrameSize | None:

@@ -11,7 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from edge_runtime.config.schema import DaemonConfig
-from edge_runtime.reference.fields import COMPUTED, NO_DEFAULT, SECTION, Key, Variant, keys_of, slug, yaml_value
+from edge_runtime.reference.fields import (
+    COMPUTED,
+    NAMED_ENTRY,
+    NO_DEFAULT,
+    SECTION,
+    Key,
+    Variant,
+    keys_of,
+    slug,
+    yaml_value,
+)
 from edge_runtime.reference.markdown import cell, code, generated_notice, sentence, table
 
 __all__ = ["config_page"]
@@ -22,7 +32,9 @@ another. `edge-runtime config example` prints a file with every key below at its
 `edge-runtime check-config FILE` checks one without running it.
 
 - A key is written as its dotted path: `mqtt.spool.max_bytes` is `max_bytes` in `spool` in `mqtt`;
-  `pipelines[].name` is `name` in each item of the list `pipelines`.
+  `pipelines[].name` is `name` in each item of the list `pipelines`, and
+  `pipelines[].track.filters.<name>.threshold` is `threshold` in each entry of `filters`, under the
+  entry's name.
 - Unknown or misspelt keys are errors, not ignored.
 - Relative paths are relative to the config file's directory.
 - Any value may be `${NAME}` (the environment variable NAME; `${NAME:-default}` when it may be unset) or
@@ -55,8 +67,10 @@ class _Page:
     def _subsection(self, key: Key) -> None:
         anchor = self._anchor_of(key)
         if anchor not in self.anchors:
-            path = f"{key.path}[]" if key.repeated else key.path
+            path = f"{key.path}[]" if key.repeated else f"{key.path}.{NAMED_ENTRY}" if key.named else key.path
             intro = sentence(key.description)
+            if key.named:
+                intro += " Each entry, under a name of its own, has these keys."
             if key.repeated:
                 intro += (
                     " An item given as a mapping has these keys."

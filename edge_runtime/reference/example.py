@@ -47,6 +47,8 @@ def _key(key: Key, indent: int) -> list[str]:
         return lines + _variants(key, indent)
     if key.keys and key.repeated and key.kind == "list of mappings":
         return [*lines, f"{pad}{key.name}:", *_item(key.keys, indent + 2)]
+    if key.keys and key.named:
+        return [*lines, f"{pad}{key.name}:", f"{pad}  {_entry_name(key)}:", *_mapping(key.keys, indent + 4)]
     if key.keys and key.default in (SECTION, NO_DEFAULT):
         return [*lines, f"{pad}{key.name}:", *_mapping(key.keys, indent + 2)]
     if key.keys and key.default is None:
@@ -93,6 +95,14 @@ def _explanation(key: Key) -> str:
         notes.append("one of " + ", ".join(yaml_value(choice) for choice in key.choices))
     notes += key.limits
     return key.description + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _entry_name(key: Key) -> str:
+    """The name to write one entry of a mapping of names to sections under: its default's first entry's."""
+    for names in (key.default, key.example):
+        if isinstance(names, dict) and names:
+            return str(next(iter(names)))
+    raise ValueError(f"{key.path} has no default entry to show; give its Field an examples=[{{name: ...}}]")
 
 
 def _placeholder(key: Key) -> object:

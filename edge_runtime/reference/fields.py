@@ -21,7 +21,19 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-__all__ = ["COMPUTED", "NO_DEFAULT", "NO_EXAMPLE", "SECTION", "Key", "Variant", "keys_of", "slug", "walk", "yaml_value"]
+__all__ = [
+    "COMPUTED",
+    "NAMED_ENTRY",
+    "NO_DEFAULT",
+    "NO_EXAMPLE",
+    "SECTION",
+    "Key",
+    "Variant",
+    "keys_of",
+    "slug",
+    "walk",
+    "yaml_value",
+]
 
 
 class _Marker:
@@ -36,6 +48,7 @@ NO_DEFAULT = _Marker("NO_DEFAULT")  # a required key
 COMPUTED = _Marker("COMPUTED")  # worked out when the file is loaded (from the environment); the description says how
 SECTION = _Marker("SECTION")  # a mapping whose keys all have their own defaults
 NO_EXAMPLE = _Marker("NO_EXAMPLE")
+NAMED_ENTRY = "<name>"  # stands for each entry's name in the paths of a mapping of names to sections
 
 
 @dataclass(frozen=True)
@@ -56,7 +69,7 @@ class Key:
     """One key of the file, with everything a reader needs to set it."""
 
     name: str
-    path: str  # dotted, with `[]` for each list passed through: `pipelines[].source.url`
+    path: str  # dotted, with `[]` for each list and `<name>` for each named entry passed through
     kind: str  # the type in words: "text", "integer", "list of text", "mapping"
     default: Any  # the value as YAML writes it, or NO_DEFAULT, COMPUTED or SECTION
     nullable: bool
@@ -67,6 +80,7 @@ class Key:
     keys: tuple[Key, ...]  # the keys of a nested mapping (or of each item of a list of mappings)
     variants: tuple[Variant, ...]  # a mapping whose keys depend on its discriminator's value
     repeated: bool  # a list of mappings: its keys' paths pass through `name[]`
+    named: bool = False  # a mapping of names to mappings: its keys' paths pass through `name.<name>`
 
     @property
     def required(self) -> bool:
@@ -100,7 +114,7 @@ def walk(keys: tuple[Key, ...]) -> Iterator[Key]:
 def _key(name: str, field: FieldInfo, path: str) -> Key:
     shape = _Shape.of(field.annotation)
     repeated = shape.listed and bool(shape.models)
-    inner = f"{path}[]." if repeated else f"{path}."
+    inner = f"{path}[]." if repeated else f"{path}.{NAMED_ENTRY}." if shape.named else f"{path}."
     variants: tuple[Variant, ...] = ()
     keys: tuple[Key, ...] = ()
     if isinstance(field.discriminator, str):
@@ -113,7 +127,7 @@ def _key(name: str, field: FieldInfo, path: str) -> Key:
         name=name,
         path=path,
         kind=shape.kind,
-        default=_default(field),
+        default=_named_default(field) if shape.named else _default(field),
         nullable=shape.nullable,
         choices=shape.choices,
         limits=_limits(field.metadata, shape.kind) + shape.item_limits,
@@ -122,6 +136,7 @@ def _key(name: str, field: FieldInfo, path: str) -> Key:
         keys=keys,
         variants=variants,
         repeated=repeated,
+        named=shape.named,
     )
 
 
@@ -146,6 +161,15 @@ def _default(field: FieldInfo) -> Any:
     if factory in (list, tuple, dict):
         return plain(factory())
     return COMPUTED
+
+
+def _named_default(field: FieldInfo) -> Any:
+    """A mapping of names to sections as YAML writes it, each entry with the keys it sets apart from their
+    defaults: `{default: {}}` is one entry named default that keeps every key's default."""
+    value = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
+    if value is None or value is PydanticUndefined:
+        return plain(value)
+    return {name: entry.model_dump(mode="json", exclude_defaults=True) for name, entry in value.items()}
 
 
 def yaml_value(value: Any) -> str:
@@ -189,6 +213,7 @@ class _Shape:
     choices: tuple[Any, ...] = ()
     models: tuple[type[BaseModel], ...] = ()
     listed: bool = False  # a list, whose items are the models
+    named: bool = False  # a mapping of names to the models
     item_limits: tuple[str, ...] = ()
 
     @classmethod
@@ -218,7 +243,7 @@ class _Shape:
         if origin is dict:
             key, value = (cls.of(arg) for arg in get_args(annotation))
             if value.models:
-                raise TypeError(f"{annotation}: a mapping of names to sections has no key paths to document")
+                return _Shape(f"mapping of {key.kind} to {_plural(value.kind)}", models=value.models, named=True)
             return _Shape("mapping" if value.kind == "any value" else f"mapping of {key.kind} to {value.kind}")
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             return _Shape("mapping", models=(annotation,))

@@ -100,6 +100,12 @@ class Source(ABC):
     def close(self) -> None:
         """Stop capturing and release the device or connection."""
 
+    def latest_held(self) -> float | None:
+        """The capture time of the newest frame this source read and held back because the scene had not
+        changed (the motion gate), or None if it held none. A consumer that follows objects over time
+        learns from it that time went by with nothing new to see, while no frame reaches it."""
+        return None
+
     def outage(self) -> str | None:
         """While a live input is unavailable: for how long, why, and when the next try comes; else None."""
         return None

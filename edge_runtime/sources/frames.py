@@ -112,6 +112,7 @@ class FrameSource(Source):
         self._rate = RateLimiter(config.max_fps) if config.max_fps else None
         motion = config.motion
         self._motion = MotionDetector(motion) if motion is not None and motion.enabled else None
+        self._latest_held: float | None = None  # capture time; one reference, written by the capture thread
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_index = 0
@@ -178,9 +179,13 @@ class FrameSource(Source):
         self._count_dropped()
         return False
 
+    def latest_held(self) -> float | None:
+        return self._latest_held
+
     def _offer(self, image: np.ndarray, captured_at: float, frame_time: float) -> None:
         """Hand an admitted frame to the reader, unless the motion gate holds it back."""
         if self._motion is not None and not self._motion.passes(image, frame_time):
+            self._latest_held = captured_at
             self._count_dropped()
             return
         if self._buffer.put(Captured(image, captured_at)):

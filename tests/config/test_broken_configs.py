@@ -131,6 +131,16 @@ CASES = [
         "publish.snapshot needs a camera source; 'mqtt' gives sensor windows",
     ),
     (
+        {"pipelines.0.source": SENSOR, "pipelines.0.track": {}},
+        "pipelines[0]",
+        "track needs a camera source; 'mqtt' gives sensor windows",
+    ),
+    (
+        {"pipelines.0.track": {"filters": {"face": {"threshold": 2}}}},
+        "pipelines[0].track.filters.face.threshold",
+        "less than or equal to 1",
+    ),
+    (
         {"pipelines.0.source": SENSOR, "pipelines.0.preprocess": {"resize": "crop"}},
         "pipelines[0]",
         "preprocess.resize applies to images",

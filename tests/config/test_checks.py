@@ -101,6 +101,29 @@ def set_value(*keys: str | int, value: Any) -> Edit:
     return edit
 
 
+def tracking(decoder: dict[str, Any] | None = None, **track: Any) -> Edit:
+    """A `track` section with these keys, and the decoder override where given."""
+
+    def edit(config: dict[str, Any], etc: Path) -> None:
+        config["pipelines"][0]["track"] = track
+        if decoder is not None:
+            config["pipelines"][0]["decoder"] = decoder
+
+    return edit
+
+
+def unlabelled_model_tracking(face_package_dir: Path, **track: Any) -> Edit:
+    """The face detector with its manifest's labels taken out, tracked with these keys."""
+
+    def edit(config: dict[str, Any], etc: Path) -> None:
+        manifest = package_copy(etc, face_package_dir) / "model.yaml"
+        manifest.write_text(manifest.read_text().replace("labels: [face]\n", ""))
+        config["pipelines"][0]["model"]["path"] = "face"
+        tracking(**track)(config, etc)
+
+    return edit
+
+
 def cases(face_package_dir: Path) -> list[tuple[str, Edit, str, str]]:
     """(id, how the valid base config is broken, the field named, a fragment of the message)."""
     return [
@@ -126,6 +149,31 @@ def cases(face_package_dir: Path) -> list[tuple[str, Edit, str, str]]:
             set_value("pipelines", 0, "model", "variant", value="onnx/int8"),
             "pipelines[0].model.variant",
             "has no variant 'onnx/int8'",
+        ),
+        (
+            "track-without-detections",
+            tracking(decoder={"name": "classification"}),
+            "pipelines[0].track",
+            "tracking needs detections; model face_detection_short_range is a detection model whose decoder "
+            "classification gives classification results",
+        ),
+        (
+            "track-label-unknown",
+            tracking(labels=["face", "person"]),
+            "pipelines[0].track.labels[1]",
+            "model face_detection_short_range has no label 'person'; its labels: face",
+        ),
+        (
+            "track-label-unlabelled-model",
+            unlabelled_model_tracking(face_package_dir, labels=["0", "face"]),
+            "pipelines[0].track.labels[1]",
+            "lists no labels, so its detections are labelled by class number ('0', '1', ...), not 'face'",
+        ),
+        (
+            "track-filter-unknown",
+            tracking(filters={"default": {"threshold": 0.8}, "person": {"min_area": 0.01}}),
+            "pipelines[0].track.filters.person",
+            "has no label 'person'; its labels: face",
         ),
         ("served-missing", served("models/none"), "serve.models[0].path", "served model 'faces': model not found"),
         ("ports-clash", ports_clash(face_package_dir), "serve.http.port", "port 9464 is also stats.prometheus.port"),
@@ -282,6 +330,15 @@ def test_pipelines_run_would_not_start_are_not_checked(
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "pipelines-disabled.json").write_text('["unplugged"]')  # an operator's `pipeline disable`
     assert check_config(path, capsys) == (0, [])
+
+
+def test_a_track_section_naming_the_model_s_labels_passes_and_a_disabled_one_is_not_checked(
+    config: dict[str, Any], write_config: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config["pipelines"][0]["track"] = {"labels": ["face"], "filters": {"face": {"threshold": 0.8}}}
+    assert check_config(write_config(config), capsys) == (0, [])
+    config["pipelines"][0]["track"] = {"enabled": False, "labels": ["person"]}
+    assert check_config(write_config(config), capsys) == (0, [])
 
 
 def test_a_signed_box_checks_the_files_by_the_signature(

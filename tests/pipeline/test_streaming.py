@@ -7,9 +7,8 @@ tested against Mosquitto in tests/mqtt and tests/daemon.
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import cv2
 import jsonschema
 import numpy as np
 import pytest
+from recorders import RESULT_TOPIC, SNAPSHOT_TOPIC, FramesOnce, RecordingSink, face_decoder
 
 from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.base import Decoder
@@ -26,49 +26,6 @@ from edge_runtime.pipeline.outputs import Described, Output, PublishPolicy
 from edge_runtime.pipeline.results import result_schema
 from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.model import LoadedModel, load_model
-from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceConfig
-
-RESULT_TOPIC = "edge/box/faces/result"
-SNAPSHOT_TOPIC = "edge/box/faces/snapshot"
-
-
-class FramesOnce(Source):
-    """The given frames, one per read, then the end: a file played once, from memory."""
-
-    def __init__(self, frames: Sequence[np.ndarray]) -> None:
-        super().__init__(SourceConfig(), "frames")
-        self._frames = list(frames)
-
-    def start(self) -> None:
-        self.stats.connected = True
-
-    def read(self, timeout: float) -> Frame | None:
-        index = self.stats.delivered
-        if index >= len(self._frames):
-            raise EndOfSource
-        self.stats.delivered += 1
-        return Frame(self._frames[index], index, time.time(), self.name)
-
-    def close(self) -> None:
-        self._frames = self._frames[: self.stats.delivered]
-
-
-class RecordingSink:
-    """Keeps every (topic, payload, qos, retain) handed to it, in order."""
-
-    def __init__(self) -> None:
-        self.messages: list[tuple[str, bytes, int, bool]] = []
-        self._lock = threading.Lock()
-
-    def publish(self, topic: str, payload: bytes, qos: int, retain: bool) -> None:
-        with self._lock:
-            self.messages.append((topic, payload, qos, retain))
-
-    def results(self) -> list[dict[str, Any]]:
-        return [json.loads(payload) for topic, payload, _, _ in self.messages if topic == RESULT_TOPIC]
-
-    def on(self, topic: str) -> list[tuple[str, bytes, int, bool]]:
-        return [message for message in self.messages if message[0] == topic]
 
 
 class RecordingStates:
@@ -81,25 +38,12 @@ class RecordingStates:
         self.puts.append((topic, json.loads(payload)))
 
 
-@pytest.fixture(scope="module")
-def face_model(face_package_dir: Path) -> Iterator[LoadedModel]:
-    model = load_model(open_package(face_package_dir), "openvino/fp32", "openvino", {"precision": "fp32"})
-    yield model
-    model.close()
-
-
 @pytest.fixture
 def frames(astronaut_bgr: np.ndarray) -> dict[str, np.ndarray]:
     """The astronaut (one face), a grey frame (none), and the astronaut shifted right by 100 px in a 640×512 frame."""
     shifted = np.zeros((512, 640, 3), np.uint8)
     shifted[:, 100:612] = astronaut_bgr
     return {"face": astronaut_bgr, "empty": np.full_like(astronaut_bgr, 128), "shifted": shifted}
-
-
-def face_decoder(model: LoadedModel) -> Decoder:
-    spec = model.package.manifest.decoder
-    assert spec is not None
-    return make_decoder(spec.name, spec.params, model.package.manifest.labels)
 
 
 def run(
@@ -187,17 +131,49 @@ def test_the_model_s_digests_are_put_once_on_the_retained_model_topic_not_in_res
     ]
 
 
-def test_a_score_threshold_drops_results_below_it_and_empty_ones(
-    face_model: LoadedModel, frames: dict[str, np.ndarray]
+@pytest.fixture
+def two_faces(astronaut_bgr: np.ndarray) -> np.ndarray:
+    """The astronaut's face twice on grey, the right one faded: the detector scores it about 0.1 lower."""
+    face = astronaut_bgr[40:300, 120:380].astype(np.float32)
+    frame = np.full((480, 640, 3), 90, np.uint8)
+    frame[100:360, 20:280] = face.astype(np.uint8)
+    frame[100:360, 360:620] = (face * 0.15 + 0.85 * 110).astype(np.uint8)
+    return frame
+
+
+def test_a_score_threshold_leaves_out_detections_below_it_and_sends_nothing_for_a_frame_left_with_none(
+    face_model: LoadedModel, frames: dict[str, np.ndarray], two_faces: np.ndarray
 ) -> None:
-    images = [frames["face"], frames["empty"], frames["face"]]
+    images = [two_faces, frames["empty"], frames["face"]]
     _, everything = run(face_model, images, PublishPolicy())
-    face_score = everything.results()[0]["result"]["detections"][0]["score"]
+    bright, faded = everything.results()[0]["result"]["detections"]
+    assert bright["box"][0] < 300 < faded["box"][0] and faded["score"] + 0.05 < bright["score"]
     assert everything.results()[1]["result"]["detections"] == []
-    _, above = run(face_model, images, PublishPolicy(min_score=face_score - 0.05))
-    assert [m["index"] for m in above.results()] == [0, 2]
-    _, none = run(face_model, images, PublishPolicy(min_score=min(1.0, face_score + 0.01)))
+    threshold = (bright["score"] + faded["score"]) / 2
+    _, above = run(face_model, images, PublishPolicy(min_score=threshold))
+    results = above.results()
+    assert [m["index"] for m in results] == [0, 2]
+    assert results[0]["result"]["detections"] == [bright]  # the faded face is left out, the bright one unchanged
+    for message in results:
+        jsonschema.validate(message, result_schema())
+        assert all(d["score"] >= threshold for d in message["result"]["detections"])
+    best = max(d["score"] for m in everything.results() for d in m["result"]["detections"])
+    _, none = run(face_model, images, PublishPolicy(min_score=min(1.0, best + 0.01)))
     assert none.results() == []
+
+
+def test_only_on_change_compares_what_the_score_threshold_leaves(
+    face_model: LoadedModel, frames: dict[str, np.ndarray], two_faces: np.ndarray
+) -> None:
+    """A face below the threshold appearing is no news: the published result is the same."""
+    one_face = two_faces.copy()
+    one_face[100:360, 360:620] = 90
+    images = [one_face, two_faces, one_face]
+    _, everything = run(face_model, images, PublishPolicy(only_on_change=True))
+    assert [m["index"] for m in everything.results()] == [0, 1, 2]
+    faded_score = everything.results()[1]["result"]["detections"][1]["score"]
+    _, thresholded = run(face_model, images, PublishPolicy(only_on_change=True, min_score=faded_score + 0.03))
+    assert [m["index"] for m in thresholded.results()] == [0]
 
 
 def test_only_on_change_publishes_when_what_was_found_changes(

@@ -99,6 +99,13 @@ def test_each_kind_of_source_lists_its_own_keys() -> None:
         ("file", "pipelines[].source.policy", "text", "`every`"),
         (None, "mqtt.spool.max_bytes", "integer", "`268435456`"),
         (None, "pipelines[].publish.qos", "integer", "`1`"),
+        (
+            None,
+            "pipelines[].track.filters",
+            "mapping of text to mappings: [keys](#pipelines-track-filters)",
+            "`{default: {}}`",
+        ),
+        (None, "pipelines[].track.filters.<name>.threshold", "number", "`0.7`"),
         (None, "device_id", "text", "**required**"),
         (None, "state_dir", "path", "set when loaded"),
     ],
@@ -138,7 +145,7 @@ def _accepts(schema: dict[str, Any], path: str, tag: str | None) -> bool:
     node: dict[str, Any] | None = schema
     for part in path.split("."):
         name, items = (part[:-2], True) if part.endswith("[]") else (part, False)
-        node = _property(schema, node, name, tag)
+        node = _entry(schema, node) if name == "<name>" else _property(schema, node, name, tag)
         if node is not None and items:
             node = _items(schema, node)
         if node is None:
@@ -164,6 +171,14 @@ def _property(schema: dict[str, Any], node: dict[str, Any] | None, name: str, ta
     return chosen[0]["properties"][name] if chosen else None
 
 
+def _entry(schema: dict[str, Any], node: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The schema of each entry of a mapping of names to sections."""
+    for candidate in _resolve(schema, node) if node is not None else []:
+        if isinstance(candidate.get("additionalProperties"), dict):
+            return dict(candidate["additionalProperties"])
+    return None
+
+
 def _items(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any] | None:
     for candidate in _resolve(schema, node):
         if "items" in candidate:
@@ -172,11 +187,14 @@ def _items(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any] | Non
 
 
 def _schema_paths(schema: dict[str, Any], node: dict[str, Any], prefix: str) -> list[str]:
-    """Every key the JSON Schema has, as a dotted path with `[]` for the items of a list."""
+    """Every key the JSON Schema has, as a dotted path with `[]` for the items of a list and `<name>` for the
+    entries of a mapping of names to sections."""
     found: list[str] = []
     for candidate in _resolve(schema, node):
         for name, child in candidate.get("properties", {}).items():
             found += [f"{prefix}{name}", *_schema_paths(schema, child, f"{prefix}{name}.")]
         if "items" in candidate:
             found += _schema_paths(schema, candidate["items"], prefix[:-1] + "[].")
+        if isinstance(candidate.get("additionalProperties"), dict):
+            found += _schema_paths(schema, candidate["additionalProperties"], f"{prefix}<name>.")
     return found

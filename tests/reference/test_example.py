@@ -77,7 +77,7 @@ def test_every_key_is_written_with_its_description(example: str) -> None:
 
 @pytest.mark.parametrize(
     ("section", "indent"),
-    [("serve", 0), ("tls", 2), ("motion", 6), ("preprocess", 4), ("decoder", 4)],
+    [("serve", 0), ("tls", 2), ("motion", 6), ("preprocess", 4), ("decoder", 4), ("track", 4)],
 )
 def test_each_optional_section_taken_in_passes_the_schema(example: str, section: str, indent: int) -> None:
     text = uncommented(example, section, indent)

@@ -72,6 +72,26 @@ def test_results_arrive_with_the_documented_schema(
     assert cv2.imdecode(np.frombuffer(snapshot, np.uint8), cv2.IMREAD_COLOR).shape == (480, 640, 3)
 
 
+def test_a_tracking_pipeline_publishes_one_track_id_for_the_face_and_the_score_threshold_on_detections(
+    mosquitto: Mosquitto,
+    clip: Callable[[int], Path],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., DaemonProcess],
+) -> None:
+    watcher = mosquitto.subscribe_collect(RESULT_TOPIC)
+    pipeline = face_pipeline(clip(12), track={"labels": ["face"]}, publish={"min_score": 0.5})
+    daemon = run_daemon(write_config(mosquitto, [pipeline]), exit_when_done=True)
+    assert daemon.wait(120) == 0, daemon.log
+    assert watcher.wait_count(12, timeout=20), daemon.log
+    messages = sorted(results(watcher.payloads(RESULT_TOPIC)), key=lambda m: int(m["index"]))
+    for message in messages:
+        jsonschema.validate(message, result_schema())
+    faces = [message["result"]["detections"] for message in messages]
+    assert all(len(found) == 1 and found[0]["score"] >= 0.5 for found in faces)
+    assert "track_id" not in faces[0][0]  # confirmed on its second frame
+    assert len({found[0]["track_id"] for found in faces[1:]}) == 1
+
+
 def test_broker_outage_mid_stream_loses_nothing(
     persistent_broker: Mosquitto,
     clip: Callable[[int], Path],

@@ -139,6 +139,26 @@ def test_motion_gate_skips_a_still_scene(still_video: Path) -> None:
     assert source.stats.dropped == 59
 
 
+def test_the_source_tells_the_capture_time_of_the_latest_frame_the_gate_held_back(still_video: Path) -> None:
+    """What a pipeline following objects reads to learn that time went by while no frame reached it."""
+    gated = file_source(still_video, motion=MotionGate(keepalive_s=None))
+    assert gated.latest_held() is None
+    gated.start()
+    try:
+        [first] = read_all(gated)
+    finally:
+        gated.close()
+    held = gated.latest_held()
+    assert held is not None and first.captured_at < held <= time.time()
+    ungated = file_source(still_video)
+    ungated.start()
+    try:
+        assert len(read_all(ungated)) == 60
+    finally:
+        ungated.close()
+    assert ungated.latest_held() is None
+
+
 def test_motion_gate_keepalive_lets_a_still_scene_through_now_and_then(still_video: Path) -> None:
     source = file_source(still_video, motion=MotionGate(keepalive_s=0.5))
     source.start()
