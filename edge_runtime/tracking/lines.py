@@ -50,10 +50,12 @@ __all__ = ["LEFT", "RIGHT", "LineConfig", "Lines", "Side", "check_line_names"]
 
 Array = npt.NDArray[np.float64]
 Flags = npt.NDArray[np.bool_]
-Sides = npt.NDArray[np.int8]
+Sides = npt.NDArray[np.int32]
 
 Side = Literal["left", "right"]
 RIGHT, LEFT = 1, -1  # the sign of (end - start) × (point - start) in image coordinates, where y points down
+HELD, SIDE, RUN, THROUGH = range(4)  # the fields of a line's per-object state
+STATE_FIELDS = 4
 
 
 class LineConfig(StrictModel):
@@ -118,20 +120,25 @@ class Lines:
         self.names = tuple(lines)
         configs = tuple(lines.values())
         ends = np.array([config.points for config in configs], dtype=np.float64).reshape(len(configs), 2, 2)
-        self._start, self._end = ends[:, 0], ends[:, 1]
-        self._direction = self._end - self._start
+        start, end = ends[:, 0], ends[:, 1]
+        direction = end - start
+        # (end - start) × (p - start) = p · (-dy, dx) + (dy·start_x - dx·start_y): one product for all pairs.
+        self._normal = np.stack([-direction[:, 1], direction[:, 0]])
+        self._offset = direction[:, 1] * start[:, 0] - direction[:, 0] * start[:, 1]
+        # move × (corner - origin) = move · (corner_y, -corner_x) - move × origin, for each end of the line.
+        self._start_turned = np.stack([start[:, 1], -start[:, 0]])
+        self._end_turned = np.stack([end[:, 1], -end[:, 0]])
         self._hold = np.array([config.hold_frames for config in configs], dtype=np.int32)
-        self._inbound = np.array([RIGHT if config.inbound == "right" else LEFT for config in configs], np.int8)
+        self._inbound = [RIGHT if config.inbound == "right" else LEFT for config in configs]
         self._line_labels = [frozenset(config.labels) for config in configs]
         self._label_codes: dict[str, int] = {}
         self._takes = np.zeros((0, len(configs)), dtype=bool)  # label code × line: the line counts the label
         self._rows = ObjectRows()
-        count = len(configs)
-        self._previous = np.zeros((0, 2))  # per object: its bottom centre in the frame before
-        self._held = np.zeros((0, count), dtype=np.int8)  # the settled side, 0 while none is
-        self._side = np.zeros((0, count), dtype=np.int8)  # the side of the current run, 0 before any
-        self._run = np.zeros((0, count), dtype=np.int32)  # frames in the current run, at most hold_frames
-        self._through = np.zeros((0, count), dtype=bool)  # the move that started the run went through the line
+        self._previous = np.zeros((0, 2))  # per row: the object's bottom centre in the frame before
+        # Per row and line: the settled side (0 while none is), the side of the current run (0 before any),
+        # the frames in that run (at most hold_frames), and whether the move that started the run went
+        # through the segment; one array so that a frame reads and writes them in one operation.
+        self._state = np.zeros((0, STATE_FIELDS, len(configs)), dtype=np.int32)
         self._time = -np.inf
         self.reset(started_at)
 
@@ -174,47 +181,53 @@ class Lines:
         crossings: tuple[Crossing, ...] = ()
         if objects and self.names:
             rows = self._rows.rows_of(item.id for item in objects)
-            if self._rows.capacity > len(self._held):
+            if self._rows.capacity > len(self._state):
                 self._grow(self._rows.capacity)
             codes = self._codes_of(objects)  # before reading _takes, which a new label extends
             takes = self._takes[codes]
-            counted, settled_sides = self._advance(rows, bottom_centres(objects, frame_size), takes)
-            if counted.any():
-                crossings = self._count(objects, counted, settled_sides, now)
+            settled = self._advance(rows, bottom_centres(objects, frame_size), takes)
+            if settled is not None and settled[0].any():
+                crossings = self._count(objects, *settled, now)
         for item in ended:
             self._release(item.id)
         return crossings
 
-    def _advance(self, rows: npt.NDArray[np.intp], points: Array, takes: Flags) -> tuple[Flags, Sides]:
-        """Step every (object, line) pair by one frame; the pairs whose crossing it settled, and their
-        sides now."""
-        start, direction = self._start, self._direction
+    def _advance(self, rows: npt.NDArray[np.intp], points: Array, takes: Flags) -> tuple[Flags, Sides] | None:
+        """Step every (object, line) pair by one frame; the pairs whose crossing it settled and their sides
+        now, or None when it settled none (most frames: the work for a change of side is only done when
+        an object changed side)."""
         previous = self._previous[rows]
         self._previous[rows] = points
-        cross_now = _cross(direction, points, start)
-        side_now = np.sign(cross_now).astype(np.int8)
-        held, side, run, through = self._held[rows], self._side[rows], self._run[rows], self._through[rows]
+        cross_now = points @ self._normal + self._offset
+        side_now = np.sign(cross_now)
+        state = self._state[rows]
+        held, side, run, through = state[:, HELD], state[:, SIDE], state[:, RUN], state[:, THROUGH]  # views
         known = takes & (side_now != 0)
-        same = known & (side_now == side)
+        run[known] += 1
+        np.minimum(run, self._hold, out=run)
         changed = known & (side_now != side)
         if changed.any():
-            through_segment = self._through_segment(previous, points, _cross(direction, previous, start), cross_now)
-            through = np.where(changed, through_segment, through)
-            side = np.where(changed, side_now, side)
-        run = np.where(changed, 1, np.where(same, np.minimum(run + 1, self._hold), run))
+            through[changed] = self._through_segment(previous, points, cross_now)[changed]
+            side[changed] = side_now[changed]
+            run[changed] = 1
         settles = known & (run >= self._hold) & (side != held)
-        counted = settles & (held != 0) & through
-        held = np.where(settles, side, held)
-        through &= ~settles
-        self._held[rows], self._side[rows], self._run[rows], self._through[rows] = held, side, run, through
+        if not settles.any():
+            self._state[rows] = state
+            return None
+        counted = settles & (held != 0) & (through != 0)
+        held[settles] = side[settles]
+        through[settles] = 0
+        self._state[rows] = state
         return counted, held
 
-    def _through_segment(self, previous: Array, points: Array, cross_before: Array, cross_now: Array) -> Flags:
+    def _through_segment(self, previous: Array, points: Array, cross_now: Array) -> Flags:
         """Whether each object's move from `previous` to `points` (N×2) meets each line segment (N×L),
         ends included; a move from an unknown previous point (NaN) meets none."""
+        cross_before = previous @ self._normal + self._offset
         move = points - previous
-        start_side = _cross_rows(move, self._start, previous)
-        end_side = _cross_rows(move, self._end, previous)
+        move_cross_origin = (move[:, 0] * previous[:, 1] - move[:, 1] * previous[:, 0])[:, None]
+        start_side = move @ self._start_turned - move_cross_origin
+        end_side = move @ self._end_turned - move_cross_origin
         return np.asarray((cross_before * cross_now <= 0) & (start_side * end_side <= 0), dtype=bool)
 
     def _count(
@@ -234,10 +247,7 @@ class Lines:
         row = self._rows.release(object_id)
         if row is not None:
             self._previous[row] = np.nan
-            self._held[row] = 0
-            self._side[row] = 0
-            self._run[row] = 0
-            self._through[row] = False
+            self._state[row] = 0
 
     def _codes_of(self, objects: Sequence[TrackedObject]) -> npt.NDArray[np.intp]:
         codes = self._label_codes
@@ -250,21 +260,4 @@ class Lines:
 
     def _grow(self, capacity: int) -> None:
         self._previous = grown(self._previous, capacity, np.nan)
-        self._held = grown(self._held, capacity, 0)
-        self._side = grown(self._side, capacity, 0)
-        self._run = grown(self._run, capacity, 0)
-        self._through = grown(self._through, capacity, False)
-
-
-def _cross(direction: Array, points: Array, start: Array) -> Array:
-    """(end - start) × (point - start) for each point (N×2) and line (L): N×L, positive on the right."""
-    return np.asarray(
-        direction[:, 0] * (points[:, 1:2] - start[:, 1]) - direction[:, 1] * (points[:, 0:1] - start[:, 0])
-    )
-
-
-def _cross_rows(move: Array, corners: Array, origins: Array) -> Array:
-    """move × (corner - origin) for each move and origin (N×2) and line corner (L×2): N×L."""
-    return np.asarray(
-        move[:, 0:1] * (corners[:, 1] - origins[:, 1:2]) - move[:, 1:2] * (corners[:, 0] - origins[:, 0:1])
-    )
+        self._state = grown(self._state, capacity, 0)

@@ -44,6 +44,9 @@ __all__ = ["ZoneConfig", "ZoneReport", "Zones", "check_zone_names"]
 Array = npt.NDArray[np.float64]
 Flags = npt.NDArray[np.bool_]
 
+SETTLED, STREAK, ENTERED = range(3)  # the fields of a zone's per-object state
+STATE_FIELDS = 3
+
 
 class ZoneConfig(StrictModel):
     """An area of the ground drawn on the image; an object is in it when its box's bottom centre is."""
@@ -129,16 +132,15 @@ class Zones:
         self._first_edges = np.cumsum([0] + [len(polygon) for polygon in polygons[:-1]]).astype(np.intp)
         self._inertia = np.array([config.inertia for config in configs], dtype=np.int32)
         self._loitering_s = np.array([config.loitering_s for config in configs], dtype=np.float64)
+        self._loiters = bool(np.any(self._loitering_s > 0))
         self._zone_labels = [frozenset(config.labels) for config in configs]
         self._label_codes: dict[str, int] = {}
-        self._label_names: list[str] = []
         self._takes = np.zeros((0, len(configs)), dtype=bool)  # label code × zone: the zone takes the label
         self._rows = ObjectRows()
-        count = len(configs)
-        self._settled = np.zeros((0, count), dtype=bool)  # the debounced answer: inside
-        self._streak = np.zeros((0, count), dtype=np.int32)  # frames in a row disagreeing with it
-        self._arrived = np.zeros((0, count), dtype=np.float64)  # capture time of the first settling frame
-        self._entered = np.zeros((0, count), dtype=bool)  # has ever been in the zone
+        # Per row and zone: whether it is settled inside, frames in a row disagreeing with that, and whether
+        # it has ever been in the zone; one array so that a frame reads and writes them in one operation.
+        self._state = np.zeros((0, STATE_FIELDS, len(configs)), dtype=np.int32)
+        self._arrived = np.zeros((0, len(configs)), dtype=np.float64)  # capture time of the first settling frame
         self._order: list[tuple[str, ...]] = []  # per row: zones entered, in the order of entry
         self._time = -np.inf
 
@@ -161,36 +163,42 @@ class Zones:
         (seconds), on a frame of `frame_size` (width, height) pixels. A timestamp earlier than the previous
         one counts as equal. Objects left out without having ended keep their state unchanged."""
         now = self._time = max(self._time, timestamp)
-        reports: dict[str, ObjectZones] = {}
         occupancy: dict[str, dict[str, int]] = {name: {} for name in self.names}
+        reports: dict[str, ObjectZones] = {}
         if objects:
             rows = self._rows.rows_of(item.id for item in objects)
-            if self._rows.capacity > len(self._settled):
+            if self._rows.capacity > len(self._state):
                 self._grow(self._rows.capacity)
-            codes = self._codes_of(objects)
-            current, dwell = self._advance(rows, bottom_centres(objects, frame_size), self._takes[codes], now)
-            self._report(objects, rows, current, dwell, reports)
-            if current.any():
-                self._count(codes, current, occupancy)
+            codes = self._codes_of(objects)  # before reading _takes, which a new label extends
+            current, entering, arrived = self._advance(
+                rows, bottom_centres(objects, frame_size), self._takes[codes], now
+            )
+            reports = self._report(objects, rows.tolist(), current, entering, now - arrived, occupancy)
         return ZoneReport(reports, self._end(ended), occupancy)
 
-    def _advance(self, rows: npt.NDArray[np.intp], feet: Array, takes: Flags, now: float) -> tuple[Flags, Array]:
-        """Step every (object, zone) pair by one frame; the pairs in the zone now and their dwell times."""
+    def _advance(self, rows: npt.NDArray[np.intp], feet: Array, takes: Flags, now: float) -> tuple[Flags, Flags, Array]:
+        """Step every (object, zone) pair by one frame: the pairs in the zone now, those among them in it for
+        the first time, and each pair's arrival time. Most frames change no settled answer, and the work
+        for a change is only done when one of the pairs disagrees with its settled answer."""
         inside = self._inside(feet) & takes
-        settled = self._settled[rows]
+        state, arrived = self._state[rows], self._arrived[rows]
+        settled = state[:, SETTLED] != 0
         disagree = inside != settled
-        streak = np.where(disagree, self._streak[rows] + 1, 0)
-        arriving = disagree & ~settled & (streak == 1)
-        arrived = np.where(arriving, now, self._arrived[rows])
-        flip = streak >= self._inertia
-        settled ^= flip
-        streak[flip] = 0
-        dwell = now - arrived
-        current = settled & (dwell >= self._loitering_s)
-        self._settled[rows] = settled
-        self._streak[rows] = streak
-        self._arrived[rows] = arrived
-        return current, dwell
+        if disagree.any():
+            streak = np.where(disagree, state[:, STREAK] + 1, 0)
+            arrived[disagree & ~settled & (streak == 1)] = now
+            self._arrived[rows] = arrived
+            flip = streak >= self._inertia
+            settled ^= flip
+            streak[flip] = 0
+            state[:, SETTLED], state[:, STREAK] = settled, streak
+        else:
+            state[:, STREAK] = 0
+        current = settled & (now - arrived >= self._loitering_s) if self._loiters else settled
+        entering = current & (state[:, ENTERED] == 0)
+        state[:, ENTERED] |= entering
+        self._state[rows] = state
+        return current, entering, arrived
 
     def _inside(self, feet: Array) -> Flags:
         """Whether each point (N×2) is inside each zone (N×Z), by the even-odd rule over all edges at once."""
@@ -199,42 +207,41 @@ class Zones:
         x, y = feet[:, 0:1], feet[:, 1:2]
         start_y = self._edge_start_y
         straddles = (start_y > y) != (self._edge_end_y > y)
-        crossing_x = self._edge_start_x + (y - start_y) * self._edge_slope
-        crossings = straddles & (x < crossing_x)
+        crossings = straddles & (x - self._edge_start_x < (y - start_y) * self._edge_slope)  # left of the edge
         return np.asarray(np.logical_xor.reduceat(crossings, self._first_edges, axis=1), dtype=bool)
 
     def _report(
         self,
         objects: Sequence[TrackedObject],
-        rows: npt.NDArray[np.intp],
+        rows: list[int],
         current: Flags,
+        entering: Flags,
         dwell: Array,
-        reports: dict[str, ObjectZones],
-    ) -> None:
+        occupancy: dict[str, dict[str, int]],
+    ) -> dict[str, ObjectZones]:
+        """Each object's answer, and the occupancy counted into `occupancy`. Loops run over the pairs in a
+        zone only, which are few, rather than over every pair."""
         names, order = self.names, self._order
-        row_of = rows.tolist()
-        entering = current & ~self._entered[rows]
         if entering.any():
-            for index in np.flatnonzero(entering.any(axis=1)).tolist():
-                row = row_of[index]
-                order[row] = order[row] + tuple(names[zone] for zone in np.flatnonzero(entering[index]))
-            self._entered[rows] |= current
-        occupied: list[bool] = np.asarray(current.any(axis=1)).tolist()
+            for index, zone in zip(*np.nonzero(entering), strict=True):  # object by object, zones in config order
+                order[rows[index]] += (names[zone],)
+        in_zones: dict[int, dict[str, float]] = {}
+        objects_in, zones_in = np.nonzero(current)
+        times = dwell[objects_in, zones_in].tolist()
+        for index, zone, seconds in zip(objects_in.tolist(), zones_in.tolist(), times, strict=True):
+            name = names[zone]
+            in_zones.setdefault(index, {})[name] = seconds
+            counts = occupancy[name]
+            label = objects[index].label
+            counts[label] = counts.get(label, 0) + 1
+        reports = {}
         for index, item in enumerate(objects):
-            entered = order[row_of[index]]
-            if not occupied[index]:
-                reports[item.id] = ObjectZones((), entered, {})
-                continue
-            zones = np.flatnonzero(current[index])
-            times = dwell[index, zones].tolist()
-            in_zones = tuple(names[zone] for zone in zones)
-            reports[item.id] = ObjectZones(in_zones, entered, dict(zip(in_zones, times, strict=True)))
-
-    def _count(self, codes: npt.NDArray[np.intp], current: Flags, occupancy: dict[str, dict[str, int]]) -> None:
-        labels = self._label_names
-        for zone in np.flatnonzero(current.any(axis=0)):
-            counts = np.bincount(codes[current[:, zone]])
-            occupancy[self.names[zone]] = {labels[code]: int(counts[code]) for code in np.flatnonzero(counts)}
+            dwell_s = in_zones.get(index)
+            entered = order[rows[index]]
+            reports[item.id] = (
+                ObjectZones((), entered, {}) if dwell_s is None else ObjectZones(tuple(dwell_s), entered, dwell_s)
+            )
+        return reports
 
     def _end(self, ended: Sequence[TrackedObject]) -> dict[str, ObjectZones]:
         """Each ended object's last answer (in no zone, with the zones it entered); its row is freed."""
@@ -245,10 +252,8 @@ class Zones:
                 reports[item.id] = ObjectZones()
                 continue
             reports[item.id] = ObjectZones((), self._order[row], {})
-            self._settled[row] = False
-            self._streak[row] = 0
+            self._state[row] = 0
             self._arrived[row] = 0.0
-            self._entered[row] = False
             self._order[row] = ()
         return reports
 
@@ -260,14 +265,11 @@ class Zones:
         return np.fromiter((codes[item.label] for item in objects), np.intp, len(objects))
 
     def _add_label(self, label: str) -> None:
-        self._label_codes[label] = len(self._label_names)
-        self._label_names.append(label)
+        self._label_codes[label] = len(self._label_codes)
         takes = [not labels or label in labels for labels in self._zone_labels]
         self._takes = np.vstack([self._takes, np.array(takes, dtype=bool)[None, :]])
 
     def _grow(self, capacity: int) -> None:
-        self._settled = grown(self._settled, capacity, False)
-        self._streak = grown(self._streak, capacity, 0)
+        self._state = grown(self._state, capacity, 0)
         self._arrived = grown(self._arrived, capacity, 0.0)
-        self._entered = grown(self._entered, capacity, False)
         self._order.extend(() for _ in range(capacity - len(self._order)))

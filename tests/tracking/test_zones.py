@@ -170,7 +170,7 @@ def test_memory_follows_the_objects_present_over_a_long_run() -> None:
         zones.update(present, previous, float(frame), FRAME)
         previous = present
     assert len(zones) == 5
-    assert len(zones._settled) <= 16  # rows are reused: a few times the objects present, not 10 000
+    assert len(zones._state) <= 16  # rows are reused: a few times the objects present, not 10 000
 
 
 def test_objects_missing_from_a_frame_without_ending_keep_their_state() -> None:
