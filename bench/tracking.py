@@ -7,6 +7,12 @@ times `--frames` consecutive updates of each size in turn and takes their median
 median of the rounds' medians and their spread. One thread: numpy's BLAS is limited to one before numpy
 is imported. Goals: at most 0.5 ms for 20 objects and 2 ms for 100.
 
+Zones and lines: what `Zones.update_from` and `Lines.update_from` cost per frame, on the tracker's
+answers for the 20-object scene (computed beforehand, so the tracker is not timed), with 10 zones
+(random convex polygons of 4 to 8 corners, each about a tenth of the frame) and 10 lines (random segments
+a fifth to a half of the frame long), every zone and line taking every label. Rounds and medians as
+above. Goal: zones, lines and events together at most 0.3 ms per frame; the figure is zones and lines.
+
 Import: `import edge_runtime.tracking` in fresh interpreters that have already imported what the daemon
 always has (numpy, pydantic, the config base), so the figures are what tracking adds: wall time and
 resident memory (VmRSS) before and after, medians over `--imports` interpreters. Goals: at most 50 ms
@@ -33,13 +39,17 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from edge_runtime.decoders.decoded import Detection  # noqa: E402
-from edge_runtime.tracking import TrackConfig, Tracker  # noqa: E402
+from edge_runtime.tracking import TrackConfig, Tracker, TrackUpdate  # noqa: E402
+from edge_runtime.tracking.lines import LineConfig, Lines  # noqa: E402
+from edge_runtime.tracking.zones import ZoneConfig, Zones  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 WIDTH, HEIGHT, FPS = 1920, 1080, 10.0
 WARM_UP = 50
 GOALS_MS = {20: 0.5, 100: 2.0}
 IMPORT_GOALS = (50.0, 10.0)  # ms, MB
+PLACES = (20, 10, 10)  # objects, zones, lines
+PLACES_GOAL_MS = 0.3  # zones, lines and events together
 HEAVY = ("scipy", "PIL", "matplotlib", "cv2", "torch")
 
 IMPORT_PROBE = """
@@ -109,6 +119,68 @@ def update_times_ms(sizes: list[int], rounds: int, frames: int) -> dict[int, tup
     return {objects: (medians[objects], reported[objects]) for objects in sizes}
 
 
+def random_zones(count: int, rng: np.random.Generator) -> dict[str, ZoneConfig]:
+    """`count` convex polygons of 4 to 8 corners, each about a tenth of the frame, anywhere in it."""
+    zones = {}
+    for number in range(count):
+        corners = int(rng.integers(4, 9))
+        angles = np.sort(rng.uniform(0, 2 * np.pi, corners))
+        radius = rng.uniform(0.12, 0.22)
+        centre = rng.uniform(radius, 1 - radius, 2)
+        polygon = centre + radius * np.stack([np.cos(angles), np.sin(angles)], axis=1)
+        zones[f"zone{number}"] = ZoneConfig(polygon=[(float(x), float(y)) for x, y in polygon], inertia=3)
+    return zones
+
+
+def random_lines(count: int, rng: np.random.Generator) -> dict[str, LineConfig]:
+    """`count` segments a fifth to a half of the frame long, anywhere in it."""
+    lines = {}
+    for number in range(count):
+        length, angle = rng.uniform(0.2, 0.5), rng.uniform(0, np.pi)
+        step = 0.5 * length * np.array([np.cos(angle), np.sin(angle)])
+        centre = rng.uniform(np.abs(step), 1 - np.abs(step))
+        start, end = centre - step, centre + step
+        points = [(float(start[0]), float(start[1])), (float(end[0]), float(end[1]))]
+        lines[f"line{number}"] = LineConfig(points=points, inbound="left", hold_frames=2)
+    return lines
+
+
+def place_times_ms(rounds: int, frames: int) -> tuple[dict[str, list[float]], int, int, int]:
+    """The median per-frame time of each round for zones, lines and both; the objects reported in the last
+    frame; and over the timed frames, the zones entered by objects that ended and the crossings counted."""
+    objects, zone_count, line_count = PLACES
+    detections = frames_of(objects, WARM_UP + rounds * frames)
+    tracker = Tracker(TrackConfig())
+    updates: list[TrackUpdate] = [
+        tracker.update(frame, index / FPS, (WIDTH, HEIGHT)) for index, frame in enumerate(detections)
+    ]
+    rng = np.random.default_rng(1)
+    zones, lines = Zones(random_zones(zone_count, rng)), Lines(random_lines(line_count, rng), 0.0)
+    for update in updates[:WARM_UP]:
+        zones.update_from(update, (WIDTH, HEIGHT))
+        lines.update_from(update, (WIDTH, HEIGHT))
+    medians: dict[str, list[float]] = {"zones": [], "lines": [], "zones + lines": []}
+    entries = crossings = 0
+    for round_number in range(rounds):
+        zone_times, line_times = [], []
+        for offset in range(frames):
+            update = updates[WARM_UP + round_number * frames + offset]
+            start = time.perf_counter()
+            report = zones.update_from(update, (WIDTH, HEIGHT))
+            middle = time.perf_counter()
+            crossed = lines.update_from(update, (WIDTH, HEIGHT))
+            end = time.perf_counter()
+            zone_times.append(middle - start)
+            line_times.append(end - middle)
+            entries += sum(len(zones_of.entered) for zones_of in report.ended.values())
+            crossings += len(crossed)
+        medians["zones"].append(statistics.median(zone_times) * 1000)
+        medians["lines"].append(statistics.median(line_times) * 1000)
+        both = [zone + line for zone, line in zip(zone_times, line_times, strict=True)]
+        medians["zones + lines"].append(statistics.median(both) * 1000)
+    return medians, len(updates[-1].objects), entries, crossings
+
+
 def import_costs(count: int, preload: str) -> tuple[float, float, list[str]]:
     """Median wall time (ms) and resident memory (MB) that importing the package adds after `preload`, over
     `count` fresh interpreters, and the heavy modules any of them loaded."""
@@ -139,6 +211,17 @@ def main() -> None:
             f"| {objects} | {reported} | {statistics.median(medians):.3f} | "
             f"{min(medians):.3f}–{max(medians):.3f} | ≤ {GOALS_MS[objects]} |"
         )
+    medians, present, entries, crossings = place_times_ms(args.rounds, args.frames)
+    objects, zone_count, line_count = PLACES
+    print(
+        f"\nzones and lines: {objects} objects in the scene ({present} reported at the end), {zone_count} zones, "
+        f"{line_count} lines; {entries} zone entries by objects that ended, {crossings} crossings counted"
+    )
+    print("| part | per frame ms (median of rounds) | rounds min–max ms |")
+    print("|---|---:|---:|")
+    for part, times in medians.items():
+        print(f"| {part} | {statistics.median(times):.3f} | {min(times):.3f}–{max(times):.3f} |")
+    print(f"goal: zones, lines and events together ≤ {PLACES_GOAL_MS} ms per frame")
     milliseconds, megabytes, heavy = import_costs(args.imports, ALREADY_LOADED)
     print(f"\nimport edge_runtime.tracking after numpy, pydantic and the config base ({args.imports} interpreters):")
     print(f"{milliseconds:.1f} ms (goal ≤ {IMPORT_GOALS[0]:g}), +{megabytes:.1f} MB RSS (goal ≤ {IMPORT_GOALS[1]:g})")
