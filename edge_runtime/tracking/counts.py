@@ -142,10 +142,15 @@ def totals_message(totals: LineTotals, labels: Sequence[str] = ()) -> dict[str, 
     return {"in": totals.inbound, "out": totals.outbound, "by_label": by_label, "since": round(totals.since, 3)}
 
 
+Key = tuple[str, ...]  # ("count", label), ("zone", zone, label), ("occupied", zone), ("line", line)
+
+
 class PresenceCounts:
     """The retained counts of one pipeline, from each frame's objects, zones and lines.
 
-    `zones` and `lines` map each name to the labels it counts (empty: every label), as configured."""
+    `zones` and `lines` map each name to the labels it counts (empty: every label), as configured.
+    Values are kept plain (numbers, flags, the totals' messages) and made into states only when they
+    change or the whole state is asked for: most frames change nothing."""
 
     def __init__(
         self,
@@ -159,11 +164,12 @@ class PresenceCounts:
         self._zones = {zone: self._scope(own) for zone, own in (zones or {}).items()}
         self._lines = {line: self._scope(own) for line, own in (lines or {}).items()}
         self._totals = {line: LineTotals(since=started_at) for line in self._lines}
-        self._state = self._measure(Counter(), {zone: Counter() for zone in self._zones})
+        self._line_messages = {line: totals_message(self._totals[line], self._lines[line]) for line in self._lines}
+        self._values = self._measure(Counter(), {zone: Counter() for zone in self._zones})
 
     def full_state(self) -> tuple[RetainedState, ...]:
         """Every retained state's current value: for start-up and after every reconnect."""
-        return tuple(self._state.values())
+        return tuple(_state(key, value) for key, value in self._values.items())
 
     def update(
         self,
@@ -174,10 +180,11 @@ class PresenceCounts:
     ) -> CountsChange:
         """Take a frame's objects, their zones, the crossings it settled and the lines' totals (a line
         missing from `line_totals` keeps its last totals); answer what changed."""
+        labels_known = len(self._labels)
         present = Counter(obj.label for obj in update.objects)
-        within: dict[str, Counter[str]] = {zone: Counter() for zone in self._zones}
         for label in present:
             self._meet(label)
+        within: dict[str, Counter[str]] = {zone: Counter() for zone in self._zones}
         if zones:
             for obj in update.objects:
                 for zone in zones[obj.id].current if obj.id in zones else ():
@@ -185,13 +192,17 @@ class PresenceCounts:
                     if counted is not None and obj.label in counted:
                         within[zone][obj.label] += 1
         for line, totals in (line_totals or {}).items():
-            if line in self._totals:
+            if line in self._totals and totals is not self._totals[line]:
                 self._totals[line] = totals
                 for label in totals.by_label:
                     self._meet(label)
-        state = self._measure(present, within)
-        changed = tuple(value for key, value in state.items() if self._state.get(key) != value)
-        self._state = state
+                self._line_messages[line] = totals_message(totals, self._lines[line])
+        if len(self._labels) != labels_known:  # lines counting every label show the new ones at zero
+            self._line_messages = {line: totals_message(self._totals[line], self._lines[line]) for line in self._lines}
+        values = self._measure(present, within)
+        previous = self._values
+        changed = tuple(_state(key, value) for key, value in values.items() if previous.get(key) != value)
+        self._values = values
         settled = tuple(CrossingMessage(c.line, crossing_message(c)) for c in crossings if c.line in self._lines)
         return CountsChange(changed, settled)
 
@@ -203,20 +214,27 @@ class PresenceCounts:
         if label not in self._labels and label != ALL:
             self._labels.append(label)  # and so to every zone and line that counts every label
 
-    def _measure(
-        self, present: Counter[str], within: Mapping[str, Counter[str]]
-    ) -> dict[tuple[str, ...], RetainedState]:
-        state: dict[tuple[str, ...], RetainedState] = {}
-        for label in self._labels:
-            state["count", label] = ObjectCount(label, present[label])
-        state["count", ALL] = ObjectCount(ALL, sum(present.values()))
+    def _measure(self, present: Counter[str], within: Mapping[str, Counter[str]]) -> dict[Key, Any]:
+        values: dict[Key, Any] = {("count", label): present[label] for label in self._labels}
+        values["count", ALL] = sum(present.values())
         for zone, labels in self._zones.items():
             counted = within[zone]
             for label in labels:
-                state["zone", zone, label] = ObjectCount(label, counted[label], zone)
+                values["zone", zone, label] = counted[label]
             total = sum(counted.values())
-            state["zone", zone, ALL] = ObjectCount(ALL, total, zone)
-            state["occupied", zone] = ZoneOccupancy(zone, total > 0)
-        for line, labels in self._lines.items():
-            state["line", line] = LineTotalsState(line, totals_message(self._totals[line], labels))
-        return state
+            values["zone", zone, ALL] = total
+            values["occupied", zone] = total > 0
+        for line, message in self._line_messages.items():
+            values["line", line] = message
+        return values
+
+
+def _state(key: Key, value: Any) -> RetainedState:
+    """The retained state a plain value stands for."""
+    if key[0] == "count":
+        return ObjectCount(key[1], value)
+    if key[0] == "zone":
+        return ObjectCount(key[2], value, key[1])
+    if key[0] == "occupied":
+        return ZoneOccupancy(key[1], value)
+    return LineTotalsState(key[1], value)
