@@ -66,7 +66,8 @@ def test_the_wheel_ships_every_module_the_profiles_and_the_entry_points(dist: Pa
     shipped = {p.name for p in (REPO / "device_profiles").glob("*.yaml")}
     assert profiles == shipped and len(shipped) >= 10
     assert "edge-runtime = edge_runtime.cli:main" in scripts and "edge-convert = converters.cli:main" in scripts
-    assert "edge_runtime/schemas/result.schema.json" in names and "edge_runtime/py.typed" in names
+    schemas = {f"edge_runtime/schemas/{name}.schema.json" for name in ("result", "event", "crossing", "totals")}
+    assert schemas <= names and "edge_runtime/py.typed" in names
     assert not any(n.startswith(("tests/", "samples/", "bench/")) for n in names)
 
 

@@ -6,6 +6,19 @@
     <prefix>/<device_id>/<pipeline>/model         the model the pipeline runs, with its files' sha256 (retained)
     <prefix>/<device_id>/<pipeline>/snapshot      annotated JPEG, rate-limited (retained)
     <prefix>/<device_id>/<pipeline>/mask          segmentation mask PNG (retained)
+    <prefix>/<device_id>/<pipeline>/events        a tracked object's new / update / end (schema: event.schema.json)
+    <prefix>/<device_id>/<pipeline>/events/<event_id>/snapshot
+                                                  JPEG of the object's best frame so far
+    <prefix>/<device_id>/<pipeline>/<label>/snapshot
+                                                  JPEG of the latest best object of that label (retained)
+    <prefix>/<device_id>/<pipeline>/count/<label> objects of that label present; `all` for every label (retained)
+    <prefix>/<device_id>/<pipeline>/zone/<zone>/count/<label>
+                                                  the same within a zone (retained)
+    <prefix>/<device_id>/<pipeline>/zone/<zone>/occupied
+                                                  ON / OFF (retained)
+    <prefix>/<device_id>/<pipeline>/line/<line>   one message per crossing (schema: crossing.schema.json)
+    <prefix>/<device_id>/<pipeline>/line/<line>/totals
+                                                  crossings counted since `since` (retained; totals.schema.json)
     <prefix>/<device_id>/infer/<model>            requests for a served model (answered on their reply topic)
     <prefix>/<device_id>/rollout/<rollout_id>     a rollout's state, with its reason on failure (retained)
     <prefix>/<device_id>/command                  operators' signed commands (answered on their reply topic)
@@ -15,15 +28,31 @@
 
 Subscribers (Home Assistant, Node-RED, cloud ingest) match on these, so they change only with the
 result schema's version.
+
+A label, zone, line or event id stands as one topic level, so it may not contain `/`, `+` or `#`, nor be
+empty: a label `a/b` would publish its count where a subscriber reads another topic, and `+` or `#` in a
+topic name is refused by the broker. The builders of those topics refuse such a name with ValueError.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FLEET", "Topics", "shared"]
+__all__ = ["ALL_LABELS", "FLEET", "Topics", "shared", "topic_level"]
 
 FLEET = "fleet"  # the topic level where a device id would stand, for requests any box of a group may take
+ALL_LABELS = "all"  # the label level of a count over every label
+
+
+def topic_level(name: str) -> str:
+    """`name` unchanged when it can stand as one topic level, else ValueError saying why."""
+    if not name:
+        raise ValueError("a topic level may not be empty")
+    wrong = sorted({char for char in name if char in "/+#\0"})
+    if wrong:
+        shown = ", ".join(repr(char) for char in wrong)
+        raise ValueError(f"{name!r} cannot stand as one MQTT topic level: it contains {shown}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -54,6 +83,31 @@ class Topics:
 
     def mask(self, pipeline: str) -> str:
         return f"{self.device}/{pipeline}/mask"
+
+    def events(self, pipeline: str) -> str:
+        return f"{self.device}/{pipeline}/events"
+
+    def event_snapshot(self, pipeline: str, event_id: str) -> str:
+        return f"{self.events(pipeline)}/{topic_level(event_id)}/snapshot"
+
+    def label_snapshot(self, pipeline: str, label: str) -> str:
+        return f"{self.device}/{pipeline}/{topic_level(label)}/snapshot"
+
+    def count(self, pipeline: str, label: str) -> str:
+        """Objects of `label` present; `count(pipeline, ALL_LABELS)` for every label."""
+        return f"{self.device}/{pipeline}/count/{topic_level(label)}"
+
+    def zone_count(self, pipeline: str, zone: str, label: str) -> str:
+        return f"{self.device}/{pipeline}/zone/{topic_level(zone)}/count/{topic_level(label)}"
+
+    def zone_occupied(self, pipeline: str, zone: str) -> str:
+        return f"{self.device}/{pipeline}/zone/{topic_level(zone)}/occupied"
+
+    def line_crossing(self, pipeline: str, line: str) -> str:
+        return f"{self.device}/{pipeline}/line/{topic_level(line)}"
+
+    def line_totals(self, pipeline: str, line: str) -> str:
+        return f"{self.line_crossing(pipeline, line)}/totals"
 
     def infer(self, model: str) -> str:
         """Where requests for a served model arrive; `infer("+")` subscribes to every model's."""

@@ -96,6 +96,87 @@ TOPICS = (
         "PNG of the class mask",
     ),
     TopicEntry(
+        "events",
+        _t.events("<pipeline>"),
+        "publishes",
+        "1, through the spool",
+        "no",
+        "`pipelines[].events` with tracking: when a tracked object is confirmed (and, with `required_zones`, "
+        "has entered one), when its zones change, it stops or moves again, a better picture of it exists "
+        "(at most every 5 s), at least every `heartbeat_s`, and once when it leaves",
+        'Frigate\'s event message, `{"type": "new" | "update" | "end", "before": ..., "after": ...}`: `after` '
+        "is the object now, `before` as the previous message described it (null for `new`)",
+        "event.schema.json",
+    ),
+    TopicEntry(
+        "event_snapshot",
+        _t.event_snapshot("<pipeline>", "<event_id>"),
+        "publishes",
+        "0",
+        "no",
+        "`pipelines[].events.snapshot.enabled`: with the event's `new`, when a better picture exists (at most "
+        "every 5 s), and with its `end` if the best picture was not yet sent",
+        "JPEG of the object's best frame so far (cropped, boxed and scaled as `events.snapshot` says); the "
+        "event message's `snapshot` field says which frame and box it shows",
+    ),
+    TopicEntry(
+        "label_snapshot",
+        _t.label_snapshot("<pipeline>", "<label>"),
+        "publishes",
+        "0",
+        "yes",
+        "`pipelines[].events.snapshot.enabled`: when an event of that label has a better picture than the one "
+        "shown, or any new picture once the one shown is `label_refresh_s` old",
+        "JPEG of the latest best object of the label, for a dashboard's picture (Home Assistant's MQTT image)",
+    ),
+    TopicEntry(
+        "count",
+        _t.count("<pipeline>", "<label>"),
+        "publishes",
+        "1",
+        "yes",
+        "with tracking: when it changes, and at start-up and after every reconnect (0 before any object)",
+        "the number of confirmed objects of the label present, as text; `<label>` `all` counts every label",
+    ),
+    TopicEntry(
+        "zone_count",
+        _t.zone_count("<pipeline>", "<zone>", "<label>"),
+        "publishes",
+        "1",
+        "yes",
+        "with `pipelines[].zones`: as `count`",
+        "the number of objects of the label in the zone, as text; `all` for every label the zone counts",
+    ),
+    TopicEntry(
+        "zone_occupied",
+        _t.zone_occupied("<pipeline>", "<zone>"),
+        "publishes",
+        "1",
+        "yes",
+        "with `pipelines[].zones`: as `count`",
+        "`ON` while any object the zone counts is in it, else `OFF`",
+    ),
+    TopicEntry(
+        "line_crossing",
+        _t.line_crossing("<pipeline>", "<line>"),
+        "publishes",
+        "1, through the spool",
+        "no",
+        "with `pipelines[].lines`: each crossing, once the object has held its new side",
+        "one JSON message per crossing",
+        "crossing.schema.json",
+    ),
+    TopicEntry(
+        "line_totals",
+        _t.line_totals("<pipeline>", "<line>"),
+        "publishes",
+        "1",
+        "yes",
+        "with `pipelines[].lines`: as `count`",
+        "the line's crossings counted since `since`, in and out, overall and per label",
+        "totals.schema.json",
+    ),
+    TopicEntry(
         "infer",
         _t.infer("<model>"),
         "subscribes (`infer/+`)",
@@ -167,9 +248,11 @@ TOPICS = (
 
 INTRO = """\
 `<prefix>` is `mqtt.topic_prefix` (default `edge`), `<device_id>` is `device_id`; `<pipeline>` and
-`<model>` are the names of a pipeline and of a served model in the config file. Subscribers (Home
-Assistant, Node-RED, cloud ingest) match on these topics, so they change only with the result schema's
-version."""
+`<model>` are the names of a pipeline and of a served model in the config file; `<label>` is a label of
+the pipeline's model, `<zone>` and `<line>` names from the pipeline's `zones` and `lines`, `<event_id>` a
+tracked object's id. Subscribers (Home Assistant, Node-RED, cloud ingest) match on these topics, so they
+change only with the schema versions of their messages. Retained counts are all published at start-up
+and after every reconnect, so a restarted box never leaves a subscriber seeing someone still there."""
 
 
 def topics_page() -> str:
@@ -189,15 +272,23 @@ def topics_page() -> str:
 def _schema_section(name: str) -> list[str]:
     text = resources.files("edge_runtime.schemas").joinpath(name).read_text(encoding="utf-8")
     schema = json.loads(text)
-    required = set(schema.get("required", ()))
-    rows = [
-        (code(key), _json_type(value), "yes" if key in required else "no", cell(value.get("description", "")))
-        for key, value in schema.get("properties", {}).items()
-    ]
     lines = ["", f"JSON Schema: `edge_runtime/schemas/{name}`. {cell(schema.get('description', ''))}", ""]
-    lines += table(("field", "type", "required", "description"), rows)
+    lines += _fields_table(schema, schema)
+    for part, definition in schema.get("$defs", {}).items():
+        if "properties" in definition:
+            lines += ["", f"`{part}`: {cell(definition.get('description', ''))}", ""]
+            lines += _fields_table(definition, schema)
     body = text.rstrip("\n")
     return [*lines, "", "<details><summary>The whole schema</summary>", "", "```json", body, "```", "", "</details>"]
+
+
+def _fields_table(schema: dict[str, Any], root: dict[str, Any]) -> list[str]:
+    required = set(schema.get("required", ()))
+    rows = [
+        (code(key), _json_type(value, root), "yes" if key in required else "no", cell(value.get("description", "")))
+        for key, value in schema.get("properties", {}).items()
+    ]
+    return table(("field", "type", "required", "description"), rows)
 
 
 def _topic(entry: TopicEntry) -> str:
@@ -205,7 +296,10 @@ def _topic(entry: TopicEntry) -> str:
     return code(entry.topic) if entry.topic.startswith("<") else cell(entry.topic)
 
 
-def _json_type(value: dict[str, Any]) -> str:
+def _json_type(value: dict[str, Any], root: dict[str, Any]) -> str:
+    reference = value.get("$ref", "")
+    if "type" not in value and reference.startswith("#/$defs/"):  # a part of the same schema: its type
+        return _json_type(root["$defs"][reference.removeprefix("#/$defs/")], root)
     if "const" in value:
         return f"`{json.dumps(value['const'])}`"
     if "enum" in value:

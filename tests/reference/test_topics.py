@@ -21,8 +21,8 @@ def built_topics() -> dict[str, str]:
         if isinstance(member, property):
             found[name] = getattr(TOPICS_OF_THE_BOX, name)
         else:
-            [parameter] = list(inspect.signature(member).parameters)[1:]
-            found[name] = getattr(TOPICS_OF_THE_BOX, name)(f"<{parameter}>")
+            parameters = list(inspect.signature(member).parameters)[1:]
+            found[name] = getattr(TOPICS_OF_THE_BOX, name)(*(f"<{parameter}>" for parameter in parameters))
     return found
 
 
@@ -52,3 +52,19 @@ def test_the_result_topic_carries_its_json_schema() -> None:
     for field in schema["properties"]:
         assert f"| `{field}` |" in page
     assert "| `id` | string | yes | unique per result; the deduplication key |" in page
+
+
+def test_the_tracking_topics_carry_their_schemas_with_the_event_objects_fields() -> None:
+    page = topics_page()
+    schemas = {entry.name: entry.schema for entry in TOPICS if entry.schema}
+    assert schemas == {
+        "result": "result.schema.json",
+        "events": "event.schema.json",
+        "line_crossing": "crossing.schema.json",
+        "line_totals": "totals.schema.json",
+    }
+    event = json.loads(resources.files("edge_runtime.schemas").joinpath("event.schema.json").read_text("utf-8"))
+    for field in event["$defs"]["object"]["properties"]:
+        assert f"| `{field}` |" in page
+    assert "| `box` | array | yes | where the object is" in page  # a part of the schema, named by its type
+    assert "| `<prefix>/<device_id>/<pipeline>/zone/<zone>/occupied` | publishes | 1 | yes |" in page
