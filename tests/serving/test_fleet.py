@@ -46,6 +46,7 @@ CLIENT_TIMEOUT_S = 5.0
 class Answer:
     box: str
     ok: bool
+    error: str | None = None  # the box's own words when it answered with an error
 
 
 @dataclass
@@ -72,8 +73,9 @@ class FleetClient:
         box = dict(getattr(properties, "UserProperty", [])).get("served_by", "?")
         body = json.loads(message.payload)
         ok = "outputs" in body and body["outputs"][0]["shape"] == [1, 10]
+        error = None if ok else str(body.get("error", body))
         with self._lock:
-            self.answers.setdefault(int(properties.CorrelationData), []).append(Answer(box, ok))
+            self.answers.setdefault(int(properties.CorrelationData), []).append(Answer(box, ok, error))
 
     def send(self) -> int:
         """One request at QoS 1; its number."""
@@ -227,6 +229,7 @@ def test_a_box_stopped_on_purpose_mid_load_loses_nothing(
     unanswered = sorted(set(sent) - set(answers))
     assert not unanswered, f"unanswered: {unanswered}; box-b's log:\n{leaving.log[-3000:]}"
     wrong = {i: a for i, a in answers.items() if len(a) != 1 or not a[0].ok}
-    assert not wrong, f"answered more than once or with an error: {wrong}; box-b's log:\n{leaving.log[-3000:]}"
+    logs = "\n".join(f"{box}'s log:\n{daemon.log[-3000:]}" for box, daemon in daemons.items())
+    assert not wrong, f"answered more than once or with an error: {wrong}\n{logs}"
     per_box = Counter(a[0].box for a in answers.values())
     assert per_box["box-b"] > 0 and per_box["box-c"] > 100, per_box
