@@ -9,11 +9,12 @@ detectors have) only shows it when a batch runs, so one runs here before any req
 Pays: on a GPU a batch of eight costs little more than one sample, but on a small CPU a backend that
 keeps several single requests in flight (OpenVINO's throughput streams, ONNX Runtime's and LiteRT's
 workers) often keeps the cores as busy, and then a batch only adds the wait for it to fill. So, unless
-the config says `batch_when: always`, both are measured on this box, alternately, with the model's
-own async runner kept full: batches are chosen only when they beat single requests by BATCH_MARGIN,
-enough to stay above the run-to-run noise of a shared box. The figures are stored in the state
-directory under the model's files, backend, device and batch size, so later starts reuse them, and
-`probe` shows them.
+the config says `batch_when: always`, both are measured on this box, alternately, with an async runner
+kept full: batches on the model with its batch freed, single requests on the model as exported (a freed
+batch dimension makes a backend pick kernels for any shape, slower for a batch of one). Batches are
+chosen only when they beat single requests by BATCH_MARGIN, enough to stay above the run-to-run noise
+of a shared box. The figures are stored in the state directory under the model's files, backend,
+device and batch size, so later starts reuse them, and `probe` shows them.
 """
 
 from __future__ import annotations
@@ -39,13 +40,14 @@ __all__ = ["BATCH_MARGIN", "BatchChoice", "BatchChoices", "batch_problem", "fixe
 log = logging.getLogger(__name__)
 
 CHOICES_FILE = "batching-choices.json"
-CHOICES_VERSION = 1
+CHOICES_VERSION = 2  # 2: single requests measured on the model as exported
 BATCH_MARGIN = 1.10  # batches must run this much faster than single requests to be chosen
 ROUNDS = 3  # each side measured this often, alternately; the medians are compared
 PHASE_SECONDS = 0.3  # each side runs at least this long per round
 PHASE_MIN_BATCHES = 3  # and at least this many batches, so a slow model still gets a figure
 
 BatchWhen = Literal["faster", "always"]
+HOW_LOADED = ("cache_dir", "loaded_from_cache")  # backend details that differ between two starts of one model
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,11 @@ class BatchChoices:
     def __init__(self, state_dir: Path | None) -> None:
         self.store = MeasurementStore(state_dir, CHOICES_FILE, CHOICES_VERSION, "batching choices")
 
-    def choose(self, model: LoadedModel, wanted: int, when: BatchWhen = "faster") -> BatchChoice:
+    def choose(
+        self, model: LoadedModel, wanted: int, when: BatchWhen = "faster", single: LoadedModel | None = None
+    ) -> BatchChoice:
+        """How `model` (its batch dimension freed) runs requests; `single` is the model as exported, on which
+        single requests would run instead, and are measured (default: `model` itself)."""
         if wanted <= 1:
             return BatchChoice(0, "max_batch_size is 0 or 1: each request runs on its own, several in flight")
         if (fixed := fixed_batch(model)) is not None:
@@ -96,7 +102,7 @@ class BatchChoices:
         key = self.key(model, wanted)
         measured = self.stored(key)
         if measured is None:
-            measured = measure_throughputs(model, wanted)
+            measured = measure_throughputs(model, wanted, single=single)
             self.store.put(key, asdict(measured) | {"model": f"{model.package.name} {model.label}"})
         figures = f"batches of {wanted}: {measured.batched:.1f}/s, single requests: {measured.single:.1f}/s"
         if measured.ratio >= BATCH_MARGIN:
@@ -125,7 +131,8 @@ class BatchChoices:
             "backend": runs_on.backend,
             "device": runs_on.device,
             "precision": runs_on.precision,
-            "details": runs_on.details,
+            # what shapes the speed (hint, streams, threads), not how this start got the compiled model
+            "details": {k: v for k, v in runs_on.details.items() if k not in HOW_LOADED},
             "batch": wanted,
             "cpu": cpu_name(),
         }
@@ -160,17 +167,22 @@ def batch_problem(model: LoadedModel) -> str | None:
 
 
 def measure_throughputs(
-    model: LoadedModel, batch: int, rounds: int = ROUNDS, seconds: float = PHASE_SECONDS
+    model: LoadedModel,
+    batch: int,
+    rounds: int = ROUNDS,
+    seconds: float = PHASE_SECONDS,
+    single: LoadedModel | None = None,
 ) -> Throughputs:
-    """Samples per second through the model's async runner kept full, batched and single, alternately:
-    `rounds` of each, every phase at least `seconds` long."""
+    """Samples per second through an async runner kept full, batches on `model` and single requests on
+    `single` (default: `model`), alternately: `rounds` of each, every phase at least `seconds` long."""
     rng = np.random.default_rng(0)
-    single = _sample(model.inputs, rng)
-    batched = [np.concatenate([array] * batch) for array in single]
+    one = _sample(model.inputs, rng)
+    joined = [np.concatenate([array] * batch) for array in one]
+    runs = {1: (single or model, one), batch: (model, joined)}
     rates: dict[int, list[float]] = {1: [], batch: []}
     for _ in range(rounds):
-        for size, inputs in ((1, single), (batch, batched)):
-            rates[size].append(_samples_per_second(model, inputs, size, seconds))
+        for size, (runs_on, inputs) in runs.items():
+            rates[size].append(_samples_per_second(runs_on, inputs, size, seconds))
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     measured = Throughputs(batch, statistics.median(rates[batch]), statistics.median(rates[1]), now)
     log.info(

@@ -21,10 +21,12 @@ from edge_runtime.placement.model import LoadedModel, load_model
 from edge_runtime.serving.batch_choice import (
     BATCH_MARGIN,
     CHOICES_FILE,
+    CHOICES_VERSION,
     BatchChoices,
     batch_problem,
     fixed_batch,
 )
+from edge_runtime.serving.served import ServedModel
 from edge_runtime.serving.service import Serving
 
 StartServing = Callable[..., Serving]
@@ -138,7 +140,7 @@ def stored_choice(state: Path, model: LoadedModel, batched: float, single: float
     """An earlier start's measurement, as the store keeps it."""
     entry = {"batch_size": 8, "batched": batched, "single": single, "measured_at": "2026-01-01T00:00:00+00:00"}
     key = BatchChoices.key(model, 8)
-    (state / CHOICES_FILE).write_text(json.dumps({"version": 1, "entries": {key: entry}}))
+    (state / CHOICES_FILE).write_text(json.dumps({"version": CHOICES_VERSION, "entries": {key: entry}}))
 
 
 def test_batches_are_chosen_only_when_they_beat_single_requests_by_the_margin(
@@ -180,3 +182,29 @@ def test_a_measurement_runs_once_is_reused_and_shown_by_probe(fixed_classifier: 
     assert set(shown) == {("fixed onnxruntime:CPU onnx/fp32 (fp32)", 4), ("fixed onnxruntime:CPU onnx/fp32 (fp32)", 2)}
     assert shown["fixed onnxruntime:CPU onnx/fp32 (fp32)", 4]["batched"] == first.measured.batched
     assert shown["fixed onnxruntime:CPU onnx/fp32 (fp32)", 4]["batches_chosen"] == (first.max_batch_size == 4)
+
+
+def test_serving_runs_single_requests_on_the_model_as_exported_where_batches_do_not_pay(
+    start_serving: StartServing, fixed_classifier: Path, tmp_path: Path
+) -> None:
+    """A freed batch dimension costs single requests speed (kernels chosen for any shape), so the model kept
+    for them is the one with its own shapes; where batches pay, the one with its batch freed."""
+    model = {"name": "classifier", "path": str(fixed_classifier), "batching": {"max_batch_size": 8}}
+    start_serving([model])  # measures on this box and stores the figures (rewritten below) for later starts
+    choices = tmp_path / "state" / CHOICES_FILE
+
+    def served_after_storing(batched: float, single: float) -> ServedModel:
+        stored = json.loads(choices.read_text())
+        assert stored["version"] == CHOICES_VERSION and stored["entries"]
+        for entry in stored["entries"].values():
+            entry.update(batched=batched, single=single)
+        choices.write_text(json.dumps(stored))
+        serving = start_serving([model])
+        assert len(serving.pool.describe()) == 1  # the model not chosen was let go
+        return serving.models["classifier"]
+
+    alone = served_after_storing(batched=100.0, single=100.0)
+    assert alone.max_batch_size == 0 and alone.batching.reason.startswith("batches do not pay here")
+    assert alone.model.inputs[0].shape[0] == 1
+    joined = served_after_storing(batched=200.0, single=100.0)
+    assert joined.max_batch_size == 8 and joined.model.inputs[0].shape[0] is None
