@@ -283,11 +283,14 @@ class Daemon:
                 log.warning("reload: the %s section changed; restart the service to apply it", section)
         for name in (*diff.removed, *diff.changed):
             self._stop_pipeline(name, timeout=5.0)
-        for name in diff.removed:  # an empty retained message deletes the broker's: no model for a pipeline gone
-            self.states.put(self.topics.model(name), b"")
+        for name in diff.removed:  # no model, count or occupancy left retained for a pipeline gone
+            self.states.clear_under(self.topics.pipeline(name))
         self.config = new
+        before_start = self.states.mark()
         for name in (*diff.added, *diff.changed):
             self._start_pipeline(new.pipeline(name))
+        for name in diff.changed:  # what the pipeline had and no longer has: a zone or a line taken out
+            self.states.clear_under(self.topics.pipeline(name), before=before_start)
         log.info("reloaded: added %s, changed %s, removed %s", diff.added, diff.changed, diff.removed)
         self.notifier.ready(f"{len(self.pipelines)} pipelines running")
 
