@@ -58,6 +58,12 @@ class RetainedStates:
         for topic in topics:
             self.put(topic, b"")
 
+    @property
+    def in_session(self) -> bool:
+        """Whether the current session has every latest state (the connection is up and `refresh` ran for it)."""
+        with self._lock:
+            return self.connection.connected and self._session == self.connection.connect_count
+
     def refresh(self) -> None:
         """Publish every latest state once per new session; call it often, it does nothing otherwise."""
         with self._lock:

@@ -346,7 +346,8 @@ class Daemon:
             )
 
     def _deliver_before_exit(self, timeout: float) -> int:
-        """The sources have ended: finish the pipelines, then wait for the spool to reach the broker."""
+        """The sources have ended: finish the pipelines, then wait for the spool and the latest retained states
+        (the counts a stopped pipeline put back to zero) to reach the broker."""
         for name in list(self.pipelines):
             self._stop_pipeline(name, timeout=10.0)
         spooled = self.publisher.stats().spool_messages
@@ -354,11 +355,16 @@ class Daemon:
             log.info("waiting up to %.0f s for %d spooled results to reach the broker", timeout, spooled)
         deadline = time.monotonic() + timeout
         while not self._stop.is_set():
-            if self.publisher.drain(min(1.0, max(0.0, deadline - time.monotonic()))):
+            self.states.refresh()
+            drained = self.publisher.drain(min(1.0, max(0.0, deadline - time.monotonic())))
+            self.states.refresh()
+            if drained and self.states.in_session:
                 log.info("every result reached the broker")
                 return 0
             if time.monotonic() >= deadline:
                 break
+            if drained:  # only the states wait, for a connection: drain returned at once
+                self._stop.wait(0.1)
         return EXIT_UNDELIVERED
 
     def _shut_down(self) -> None:
