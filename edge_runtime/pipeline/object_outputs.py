@@ -2,7 +2,10 @@
 
 The objects stage hands every frame's `TrackUpdate` here, on the post thread (see `objects`). Zones place
 each object and lines count its crossings; `ObjectEvents` and `PresenceCounts` then decide what to tell.
-A pipeline without zones, lines or events has none of this: no listener, and no cost per frame.
+A pipeline without zones, lines or events has none of this: no listener, and no cost per frame. While
+the motion gate holds frames back, the stage coasts: objects stand where they were, and zones and lines
+take such an update like an analysed frame, so someone standing still in a zone still enters it after
+`inertia` updates, and loitering time runs on.
 
 Where each message goes, and why:
 

@@ -164,13 +164,16 @@ def _marked(decoded: Detections, update: TrackUpdate) -> Detections:
 
 def _placed(decoded: Detections, update: TrackUpdate, zones_of: ZonesOf) -> Detections:
     """`decoded` with each marked detection of an object whose zones are known carrying them."""
-    detections = list(decoded.detections)
+    detections: list[Detection] | None = None
     for tracked in update.objects:
         index = tracked.detection_index
         zones = zones_of(tracked.id) if index is not None else None
-        if index is not None and zones is not None:
-            detections[index] = replace(detections[index], zones=zones)
-    return Detections(tuple(detections))
+        if index is None or zones is None:
+            continue
+        if detections is None:
+            detections = list(decoded.detections)
+        detections[index] = replace(detections[index], zones=zones)
+    return decoded if detections is None else Detections(tuple(detections))
 
 
 def object_stage_for(
