@@ -10,7 +10,8 @@ the sha256 the manifest records, the check loading makes before handing a file t
 box requires signed packages, the signature check covers every file instead. Compiling a model in its
 backend is left to `run`: it can take minutes. The pinned variant, the decoder and preprocessing
 overrides, the kind of source and the `track` section are checked against the manifest: tracking needs
-a decoder that gives detections, and the labels the section names must be the model's.
+a decoder that gives detections, and the labels the section names, and those its zones, lines and events
+name, must be the model's.
 
 The endpoints the daemon listens on are checked against each other too: two on one port would let
 the config pass and `run` fail at start with "address already in use".
@@ -238,7 +239,7 @@ def _check_against_package(at: FieldPath, pipeline: PipelineConfig, package: Mod
     if pipeline.decoder is not None:
         yield from _check_decoder((*at, "decoder"), pipeline.decoder, package)
     if pipeline.track is not None and pipeline.track.enabled:
-        yield from _check_track((*at, "track"), pipeline, package)
+        yield from _check_track(at, pipeline, package)
     if not manifest.inputs:
         return
     spec = manifest.inputs[0]
@@ -271,7 +272,8 @@ def _check_decoder(at: FieldPath, override: DecoderOverride, package: ModelPacka
 
 def _check_track(at: FieldPath, pipeline: PipelineConfig, package: ModelPackage) -> Iterator[Problem]:
     """Tracking follows detections, by label: the model's decoder must give detections, and every label the
-    section names must be one the model gives. A decoder override that does not build is reported already."""
+    track section, the zones, the lines and the events name must be one the model gives. A decoder override
+    that does not build is reported already."""
     from edge_runtime.decoders import decoder_class  # imports OpenCV; only needed for a tracking pipeline
     from edge_runtime.decoders.decoded import Detections
 
@@ -284,16 +286,12 @@ def _check_track(at: FieldPath, pipeline: PipelineConfig, package: ModelPackage)
     if not issubclass(gives, Detections):
         name = spec.name if spec is not None else "raw (the manifest names no decoder)"
         yield Problem(
-            at,
+            (*at, "track"),
             f"tracking needs detections; model {manifest.name} is a {manifest.task.value} model whose decoder "
             f"{name} gives {gives.task} results",
         )
         return
-    track = pipeline.track
-    assert track is not None
-    named = [((*at, "labels", index), label) for index, label in enumerate(track.labels)]
-    named += [((*at, "filters", label), label) for label in track.filters if label != DEFAULT_FILTER]
-    for where, label in named:
+    for where, label in _labels_named(at, pipeline):
         if manifest.labels and label not in manifest.labels:
             known = ", ".join(manifest.labels)
             yield Problem(where, f"model {manifest.name} has no label {label!r}; its labels: {known}")
@@ -303,3 +301,17 @@ def _check_track(at: FieldPath, pipeline: PipelineConfig, package: ModelPackage)
                 f"model {manifest.name} lists no labels, so its detections are labelled by class number "
                 f"('0', '1', ...), not {label!r}",
             )
+
+
+def _labels_named(at: FieldPath, pipeline: PipelineConfig) -> list[tuple[FieldPath, str]]:
+    """Every label a tracking pipeline's sections name, each with its field's path."""
+    track = pipeline.track
+    assert track is not None
+    named = [((*at, "track", "labels", index), label) for index, label in enumerate(track.labels)]
+    named += [((*at, "track", "filters", label), label) for label in track.filters if label != DEFAULT_FILTER]
+    for section, regions in (("zones", pipeline.zones), ("lines", pipeline.lines)):
+        for name, region in regions.items():
+            named += [((*at, section, name, "labels", index), label) for index, label in enumerate(region.labels)]
+    if pipeline.events is not None and pipeline.events.enabled:
+        named += [((*at, "events", "labels", index), label) for index, label in enumerate(pipeline.events.labels)]
+    return named

@@ -17,10 +17,11 @@ from edge_runtime.backends import BACKENDS, BackendKey
 from edge_runtime.config.base import StrictModel
 from edge_runtime.config.control import ControlSettings
 from edge_runtime.config.directories import default_cache_dir, default_state_dir
+from edge_runtime.config.object_sections import check_object_sections
 from edge_runtime.config.rollout import RolloutSettings
 from edge_runtime.config.trust import TrustSettings
 from edge_runtime.mqtt.settings import MqttSettings
-from edge_runtime.mqtt.topics import FLEET
+from edge_runtime.mqtt.topics import FLEET, check_topic_name
 from edge_runtime.package.manifest import DecoderSpec, InputSpec, PadValue, Precision
 from edge_runtime.sources.configs import (
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -29,24 +30,9 @@ from edge_runtime.sources.configs import (
     SensorSourceConfig,
 )
 from edge_runtime.tracking.config import TrackConfig
-
-TOPIC_UNSAFE = frozenset("/+#")
-MAX_NAME_LENGTH = 128
-
-
-def check_topic_safe(value: str) -> str:
-    """Names that become one MQTT topic level must not split, widen or hide that topic."""
-    if not value:
-        raise ValueError("must not be empty")
-    if len(value) > MAX_NAME_LENGTH:
-        raise ValueError(f"must be at most {MAX_NAME_LENGTH} characters, got {len(value)}")
-    bad = sorted({c for c in value if c in TOPIC_UNSAFE or c.isspace() or c == "\0"})
-    if bad:
-        shown = ", ".join(repr(c) for c in bad)
-        raise ValueError(f"{value!r} cannot be an MQTT topic level: it contains {shown}")
-    if value.startswith("$"):
-        raise ValueError(f"{value!r} cannot start with '$': brokers reserve such topics")
-    return value
+from edge_runtime.tracking.events import EventsConfig
+from edge_runtime.tracking.lines import LineConfig, check_line_names
+from edge_runtime.tracking.zones import ZoneConfig, check_zone_names
 
 
 class PrometheusSettings(StrictModel):
@@ -216,11 +202,51 @@ class PipelineConfig(StrictModel):
         description="follow detected objects from frame to frame: each detection that is a confirmed object "
         "gets its `track_id` and `stationary` in the result (cameras with a detection model only); null: no tracking",
     )
+    zones: dict[str, ZoneConfig] = Field(
+        default_factory=dict,
+        description="areas of the ground by name, which becomes a topic level: each tracked object's detection "
+        "gets the zones it is in, and each zone has retained counts per label and its occupancy (needs track)",
+        examples=[{"yard": {"polygon": [[0.05, 0.55], [0.95, 0.55], [0.95, 1.0], [0.05, 1.0]]}}],
+    )
+    lines: dict[str, LineConfig] = Field(
+        default_factory=dict,
+        description="counting lines by name, which becomes a topic level: each crossing of a tracked object is "
+        "published, and the line's retained totals in and out per label (needs track)",
+        examples=[{"gate": {"points": [[0.3, 0.6], [0.7, 0.6]], "inbound": "right"}}],
+    )
+    events: EventsConfig | None = Field(
+        default=None,
+        description="a new, update and end message on <pipeline>/events for each tracked object, with its "
+        "pictures (needs track); null: no events",
+    )
 
     @field_validator("name")
     @classmethod
     def _topic_safe_name(cls, name: str) -> str:
-        return check_topic_safe(name)
+        return check_topic_name(name)
+
+    @field_validator("zones")
+    @classmethod
+    def _zone_names_are_topic_levels(cls, zones: dict[str, ZoneConfig]) -> dict[str, ZoneConfig]:
+        check_zone_names(zones)
+        return zones
+
+    @field_validator("lines")
+    @classmethod
+    def _line_names_are_topic_levels(cls, lines: dict[str, LineConfig]) -> dict[str, LineConfig]:
+        check_line_names(lines)
+        return lines
+
+    @model_validator(mode="after")
+    def _object_sections_agree_with_track(self) -> PipelineConfig:
+        check_object_sections(type(self).__name__, self.track, self.zones, self.lines, self.events)
+        return self
+
+    @property
+    def follows_objects(self) -> bool:
+        """Whether the pipeline publishes objects, not only results: zones, lines or events under a track."""
+        track_on = self.track is not None and self.track.enabled
+        return track_on and bool(self.zones or self.lines or (self.events is not None and self.events.enabled))
 
     @property
     def is_camera(self) -> bool:
@@ -270,7 +296,7 @@ class ServedModelConfig(ModelConfig):
     @field_validator("name")
     @classmethod
     def _url_and_topic_safe(cls, name: str) -> str:
-        check_topic_safe(name)
+        check_topic_name(name)
         if not all(c.isalnum() or c in "._-" for c in name):
             raise ValueError(f"{name!r}: use letters, digits, '.', '_' and '-' only")
         return name
@@ -370,7 +396,7 @@ class ServeSettings(StrictModel):
         """MQTT forbids / + # in a share name; '$' anywhere would make `$share/<group>/...` ambiguous to read."""
         if group is None:
             return None
-        check_topic_safe(group)
+        check_topic_name(group)
         if "$" in group:
             raise ValueError(f"{group!r} cannot be a share group: it contains '$'")
         return group
@@ -444,7 +470,7 @@ class DaemonConfig(StrictModel):
     @field_validator("device_id")
     @classmethod
     def _topic_safe_id(cls, device_id: str) -> str:
-        check_topic_safe(device_id)
+        check_topic_name(device_id)
         if device_id == FLEET:
             raise ValueError(
                 f"{FLEET!r} is reserved: <prefix>/{FLEET}/infer/<model> is where the fleet's requests arrive"

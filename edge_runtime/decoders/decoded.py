@@ -93,6 +93,7 @@ class Detection:
 
     `track_id` and `stationary` are set by a pipeline that tracks objects, on the detections that are a
     confirmed object; a decoder leaves them None, and a detection without them publishes neither key.
+    `zones` is set beside them by a pipeline with zones: the zones the object is in now, possibly none.
     """
 
     label: str
@@ -101,6 +102,7 @@ class Detection:
     keypoints: tuple[Landmark, ...] = field(default=())
     track_id: str | None = None
     stationary: bool | None = None
+    zones: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -113,6 +115,8 @@ class Detection:
         if self.track_id is not None:
             data["track_id"] = self.track_id
             data["stationary"] = bool(self.stationary)
+            if self.zones is not None:
+                data["zones"] = list(self.zones)
         return data
 
 

@@ -32,16 +32,47 @@ result schema's version.
 A label, zone, line or event id stands as one topic level, so it may not contain `/`, `+` or `#`, nor be
 empty: a label `a/b` would publish its count where a subscriber reads another topic, and `+` or `#` in a
 topic name is refused by the broker. The builders of those topics refuse such a name with ValueError.
+
+Names a user writes in the config file and that become topic levels (the device id, pipelines, zones,
+lines, served models) are held to a stricter rule, `check_topic_name`, one for all of them: no spaces or
+control characters either (a subscriber types them into a filter), not starting with `$` (brokers keep
+such topics for themselves), and at most `MAX_NAME_LENGTH` characters. Labels come from models, not from
+the user, and keep the plain rule: COCO's "traffic light" is a valid topic level.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ALL_LABELS", "FLEET", "Topics", "shared", "topic_level"]
+__all__ = ["ALL_LABELS", "FLEET", "MAX_NAME_LENGTH", "Topics", "check_topic_name", "shared", "topic_level"]
 
 FLEET = "fleet"  # the topic level where a device id would stand, for requests any box of a group may take
 ALL_LABELS = "all"  # the label level of a count over every label
+MAX_NAME_LENGTH = 64  # a topic level and a Home Assistant entity's name part: long enough to say what it is
+TOPIC_SPECIAL = frozenset("/+#")
+
+
+def check_topic_name(name: str, kind: str | None = None) -> str:
+    """`name` if a user may give it for one topic level, else a ValueError saying what is wrong with it.
+
+    `kind` ("zone") starts the message with what the name is for, where the message is not already shown
+    under the field's path ("zone name 'a/b' cannot be ..."); without it the message starts with the name.
+    """
+    what = f"{kind} name {name!r}" if kind else repr(name)
+    if not name:
+        raise ValueError(f"a {kind} name must not be empty" if kind else "must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(f"{what} is {len(name)} characters long; at most {MAX_NAME_LENGTH} are allowed")
+    bad = sorted({char for char in name if char in TOPIC_SPECIAL or char.isspace() or not char.isprintable()})
+    if bad:
+        shown = ", ".join(repr(char) for char in bad)
+        raise ValueError(
+            f"{what} cannot be an MQTT topic level: it contains {shown}; '/' separates levels, '+' and '#' are "
+            "wildcards, and spaces and control characters are not wanted"
+        )
+    if name.startswith("$"):
+        raise ValueError(f"{what} starts with '$', which brokers reserve for their own topics")
+    return name
 
 
 def topic_level(name: str) -> str:
@@ -71,6 +102,10 @@ class Topics:
     @property
     def stats(self) -> str:
         return f"{self.device}/stats"
+
+    def pipeline(self, pipeline: str) -> str:
+        """The level under which every topic of the pipeline lies."""
+        return f"{self.device}/{pipeline}"
 
     def result(self, pipeline: str) -> str:
         return f"{self.device}/{pipeline}/result"

@@ -1,4 +1,5 @@
-"""Building a pipeline from its config: the decoder, preprocessing overrides, source and outputs it names.
+"""Building a pipeline from its config: the decoder, preprocessing overrides, source and outputs it names,
+and, for a camera that follows objects, what it publishes about them (`object_outputs`).
 
 The daemon acquires the model (shared between pipelines by the model pool) and hands the rest here, so
 the wiring between a `PipelineConfig` and a running `Pipeline` is read in one place.
@@ -6,13 +7,14 @@ the wiring between a `PipelineConfig` and a running `Pipeline` is read in one pl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from edge_runtime.config import PipelineConfig
 from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.base import Decoder
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.manifest import DecoderSpec, InputSpec
+from edge_runtime.pipeline.object_outputs import ObjectOutputs
 from edge_runtime.pipeline.outputs import MessageSink, PublishPolicy
 from edge_runtime.pipeline.streaming import Pipeline, RetainedSink
 from edge_runtime.placement.model import LoadedModel
@@ -20,7 +22,7 @@ from edge_runtime.sources import make_source
 from edge_runtime.sources.base import SourceContext
 from edge_runtime.sources.reconnect import mask_url
 
-__all__ = ["build_pipeline", "decoder_for", "decoder_of", "describe_source", "input_spec_for"]
+__all__ = ["build_pipeline", "decoder_for", "decoder_of", "describe_source", "input_spec_for", "object_outputs_for"]
 
 
 def build_pipeline(
@@ -30,11 +32,12 @@ def build_pipeline(
     topics: Topics,
     sink: MessageSink,
     source_context: SourceContext,
-    retained: RetainedSink | None = None,
+    retained: RetainedSink,
     on_progress: Callable[[str], None] | None = None,
     on_waiting: Callable[[str, str], None] | None = None,
 ) -> Pipeline:
     """The pipeline `config` describes, on `model`; not started."""
+    objects = object_outputs_for(config, model.package.manifest.labels, topics, sink, retained)
     return Pipeline(
         name=config.name,
         topics=topics,
@@ -45,10 +48,35 @@ def build_pipeline(
         policy=publish_policy(config),
         sink=sink,
         track=config.track,
+        object_listeners=[objects] if objects is not None else [],
+        zones_of=objects.zones_of if objects is not None and config.zones else None,
         retained=retained,
         max_in_flight=config.model.max_in_flight,
         on_progress=on_progress,
         on_waiting=on_waiting,
+    )
+
+
+def object_outputs_for(
+    config: PipelineConfig, model_labels: Sequence[str], topics: Topics, sink: MessageSink, retained: RetainedSink
+) -> ObjectOutputs | None:
+    """What the pipeline publishes about its objects; None where it has no zones, lines or events (or no track).
+
+    The counts start with the tracked labels at zero, or with every label of the model where the pipeline
+    tracks them all, so that a subscriber finds a count for each label it may meet before one is met."""
+    if not config.follows_objects:
+        return None
+    track = config.track
+    assert track is not None
+    return ObjectOutputs(
+        pipeline=config.name,
+        topics=topics,
+        sink=sink,
+        retained=retained.put,
+        labels=track.labels or model_labels,
+        zones=config.zones,
+        lines=config.lines,
+        events=config.events,
     )
 
 

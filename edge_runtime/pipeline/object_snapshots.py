@@ -10,17 +10,20 @@ blown up into a blur.
 Memory: an event's best frame must be kept until its picture is sent (the 5 s limit and the `end`
 picture send frames from the past). With `crop` on, keep `image[crop_region(...)]` rather than the whole
 frame and pass the box moved by the region's corner (`box_within`): a 1080p frame is 6 MB, a crop of a
-person a tenth of that.
+person a tenth of that. `KeptViews` keeps those crops for the open events and makes their pictures.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 import cv2
 import numpy as np
 
-from edge_runtime.tracking.snapshots import Box, SnapshotSettings
+from edge_runtime.tracking.snapshots import Box, ObjectView, SnapshotOrder, SnapshotSettings
 
-__all__ = ["BOX_COLOUR", "CROP_SCALE", "box_within", "crop_region", "object_snapshot_jpeg"]
+__all__ = ["BOX_COLOUR", "CROP_SCALE", "KeptViews", "box_within", "crop_region", "object_snapshot_jpeg"]
 
 CROP_SCALE = 1.1  # Frigate's crop: the box's longer side times 1.1
 BOX_COLOUR = (0, 200, 0)  # BGR, as the pipeline's annotated snapshot draws detections
@@ -76,3 +79,46 @@ def object_snapshot_jpeg(
     if not ok:
         raise RuntimeError("JPEG encoding failed")
     return encoded.tobytes()
+
+
+@dataclass(frozen=True)
+class _Kept:
+    view: ObjectView
+    image: np.ndarray  # the crop the picture shows, or the whole frame without `crop`
+    region: tuple[int, int, int, int]  # where `image` lies in the frame
+
+
+class KeptViews:
+    """Each open event's best view, kept as the pixels its picture needs until the event is released.
+
+    One view per event: a better one replaces it (events keep a frame only when it becomes the event's
+    best view), so memory follows the events open, a crop each, not the frames seen."""
+
+    def __init__(self, settings: SnapshotSettings) -> None:
+        self.settings = settings
+        self._kept: dict[str, _Kept] = {}
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def keep(self, event_id: str, view: ObjectView, image: np.ndarray) -> None:
+        """Copy what the picture of `view` needs out of the frame `image` (BGR), which the caller reuses."""
+        height, width = image.shape[:2]
+        region = crop_region((int(width), int(height)), view.box, self.settings.height) if self.settings.crop else None
+        if region is None:
+            region = (0, 0, int(width), int(height))
+        pixels = image[region[1] : region[3], region[0] : region[2]].copy()
+        self._kept[event_id] = _Kept(view, pixels, region)
+
+    def picture(self, order: SnapshotOrder) -> bytes | None:
+        """The JPEG of the view `order` names; None when that view is not the one kept for its event."""
+        kept = self._kept.get(order.event_id)
+        if kept is None or kept.view != order.view:
+            return None
+        caption = f"{order.label} {order.view.score:.2f}"
+        box = box_within(order.view.box, kept.region)
+        return object_snapshot_jpeg(kept.image, box, self.settings, caption, cropped=True)
+
+    def release(self, event_ids: Iterable[str]) -> None:
+        for event_id in event_ids:
+            self._kept.pop(event_id, None)

@@ -9,7 +9,10 @@ names an object the tracker judged real (see `edge_runtime.tracking.objects`).
 
 Each frame's `TrackUpdate` then goes to the stage's listeners, in order, on the post thread, with the
 frame and its marked detections. That is where whatever follows objects over time plugs in (zones,
-lines, events): one more listener, and the pipeline itself does not change.
+lines, events: `object_outputs`): one more listener, and the pipeline itself does not change. A listener
+that also has `start` and `stop` (`LifecycleListener`) is told when the pipeline starts, before any
+frame, and when it stops, after the last, on the post thread: where open events end. A stage given
+`zones_of` marks each object's detection with the zones it is in once the listeners have placed it.
 
 Frames the motion gate holds back never reach the pipeline. An object present in the last analysed
 frame does not age meanwhile: the tracker counts an absence from the first analysed frame that missed
@@ -25,7 +28,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
 
 from edge_runtime.decoders.decoded import Detection, Detections
 from edge_runtime.sources.base import Frame
@@ -33,7 +37,15 @@ from edge_runtime.tracking import TrackConfig, Tracker, TrackUpdate
 
 log = logging.getLogger(__name__)
 
-__all__ = ["STILL_BEFORE_COAST_S", "ObjectListener", "ObjectStage", "ObjectsSeen", "object_stage_for"]
+__all__ = [
+    "STILL_BEFORE_COAST_S",
+    "LifecycleListener",
+    "ObjectListener",
+    "ObjectStage",
+    "ObjectsSeen",
+    "ZonesOf",
+    "object_stage_for",
+]
 
 STILL_BEFORE_COAST_S = 0.5
 
@@ -48,6 +60,18 @@ class ObjectsSeen:
 
 
 ObjectListener = Callable[[ObjectsSeen], None]
+ZonesOf = Callable[[str], tuple[str, ...] | None]  # an object's zones now by its id; None: not known
+
+
+@runtime_checkable
+class LifecycleListener(Protocol):
+    """A listener that also wants to know when the pipeline starts and stops."""
+
+    def __call__(self, seen: ObjectsSeen) -> None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class ObjectStage:
@@ -58,10 +82,12 @@ class ObjectStage:
         config: TrackConfig,
         listeners: Sequence[ObjectListener] = (),
         on_error: Callable[[], None] | None = None,
+        zones_of: ZonesOf | None = None,
     ) -> None:
         self.tracker = Tracker(config)
         self.listeners = tuple(listeners)
         self._on_error = on_error or (lambda: None)
+        self._zones_of = zones_of
         self._last_analysed: float | None = None  # the tracker's time after the latest analysed frame
         self._coasted_to: float | None = None
 
@@ -72,7 +98,25 @@ class ObjectStage:
         self._last_analysed = update.timestamp
         marked = _marked(decoded, update)
         self._tell(ObjectsSeen(update, frame, marked.detections))
-        return marked
+        return marked if self._zones_of is None else _placed(marked, update, self._zones_of)
+
+    def start(self) -> None:
+        """The pipeline starts: listeners that keep state outside the process put their first values."""
+        self._each_lifecycle("start")
+
+    def stop(self) -> None:
+        """The pipeline stopped after its last frame: listeners close what they hold open."""
+        self._each_lifecycle("stop")
+
+    def _each_lifecycle(self, step: str) -> None:
+        for listener in self.listeners:
+            if not isinstance(listener, LifecycleListener):
+                continue
+            try:
+                getattr(listener, step)()
+            except Exception:
+                log.exception("objects: %s of listener %s failed", step, type(listener).__name__)
+                self._on_error()
 
     def idle(self, held_at: float | None) -> TrackUpdate | None:
         """No frame came to be analysed for a while; `held_at` is the capture time of the newest frame the
@@ -118,12 +162,27 @@ def _marked(decoded: Detections, update: TrackUpdate) -> Detections:
     return decoded if detections is None else Detections(tuple(detections))
 
 
+def _placed(decoded: Detections, update: TrackUpdate, zones_of: ZonesOf) -> Detections:
+    """`decoded` with each marked detection of an object whose zones are known carrying them."""
+    detections: list[Detection] | None = None
+    for tracked in update.objects:
+        index = tracked.detection_index
+        zones = zones_of(tracked.id) if index is not None else None
+        if index is None or zones is None:
+            continue
+        if detections is None:
+            detections = list(decoded.detections)
+        detections[index] = replace(detections[index], zones=zones)
+    return decoded if detections is None else Detections(tuple(detections))
+
+
 def object_stage_for(
     config: TrackConfig | None,
     listeners: Sequence[ObjectListener] = (),
     on_error: Callable[[], None] | None = None,
+    zones_of: ZonesOf | None = None,
 ) -> ObjectStage | None:
     """The stage a pipeline's `track:` section asks for; None without one, or with `enabled: false`."""
     if config is None or not config.enabled:
         return None
-    return ObjectStage(config, listeners, on_error)
+    return ObjectStage(config, listeners, on_error, zones_of)

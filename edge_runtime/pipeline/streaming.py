@@ -31,7 +31,7 @@ from edge_runtime.decoders.base import Decoder
 from edge_runtime.decoders.decoded import Decoded, Detections
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.manifest import InputSpec
-from edge_runtime.pipeline.objects import ObjectListener, object_stage_for
+from edge_runtime.pipeline.objects import ObjectListener, ZonesOf, object_stage_for
 from edge_runtime.pipeline.outputs import Described, MessageSink, Output, PublishPolicy, publish_outputs
 from edge_runtime.pipeline.preprocess import FrameTransform, Preprocessor, preprocessor_for
 from edge_runtime.pipeline.results import (
@@ -100,7 +100,7 @@ class _Job:
 class Pipeline:
     """One source's items through one model; results go to the outputs `publish_outputs` makes of the policy,
     plus any `extra_outputs`. With `track`, detections are followed as objects first, and each update goes to
-    `object_listeners` too."""
+    `object_listeners` too; with `zones_of`, each object's detection also names the zones it is in."""
 
     def __init__(
         self,
@@ -116,6 +116,7 @@ class Pipeline:
         extra_outputs: Sequence[Output] = (),
         track: TrackConfig | None = None,
         object_listeners: Sequence[ObjectListener] = (),
+        zones_of: ZonesOf | None = None,
         retained: RetainedSink | None = None,
         max_in_flight: int | None = None,
         on_progress: Callable[[str], None] | None = None,
@@ -131,7 +132,7 @@ class Pipeline:
         self._retained = retained
         self._model_topic = topics.model(name)
         self.stats = PipelineStats(name)
-        self.objects = object_stage_for(track, object_listeners, self.stats.error)
+        self.objects = object_stage_for(track, object_listeners, self.stats.error, zones_of)
         self._items_read = 0  # by the feed thread, and taken off the post queue by the post thread: equal when
         self._items_posted = 0  # nothing is in flight, the only time the objects may be told that time went by
         self.finished = threading.Event()
@@ -153,6 +154,8 @@ class Pipeline:
     def start(self) -> None:
         self._runner = self.model.backend.async_runner(self._on_inferred, self._max_in_flight)
         self._announce_model()
+        if self.objects is not None:
+            self.objects.start()
         self.source.start()
         self._threads = [
             threading.Thread(target=self._feed, name=f"feed-{self.name}", daemon=True),
@@ -282,6 +285,8 @@ class Pipeline:
                 self._idle()
                 continue
             if entry is None:
+                if self.objects is not None:
+                    self.objects.stop()  # after the last result: open events end
                 break
             self._items_posted += 1
             job, outputs, error = entry

@@ -72,8 +72,8 @@ TOPICS = (
         "publishes",
         "1",
         "yes",
-        "when a pipeline starts, after every model swap (a rollout or a roll-back); emptied when a reload "
-        "removes the pipeline",
+        "when a pipeline starts, after every model swap (a rollout or a roll-back), and after every reconnect; "
+        "emptied when a reload removes the pipeline",
         "a JSON object naming the model the pipeline runs: `name`, `version`, `variant`, the first file's "
         "`sha256` and every file's digest in `files`; results name the model by name, version and variant",
     ),
@@ -115,7 +115,8 @@ TOPICS = (
         "0",
         "no",
         "`pipelines[].events.snapshot.enabled`: with the event's `new`, when a better picture exists (at most "
-        "every 5 s), and with its `end` if the best picture was not yet sent",
+        "every 5 s), and with its `end` if the best picture was not yet sent; never spooled, so pictures taken "
+        "while the broker is away are lost (the events are not)",
         "JPEG of the object's best frame so far (cropped, boxed and scaled as `events.snapshot` says); the "
         "event message's `snapshot` field says which frame and box it shows",
     ),
@@ -123,10 +124,11 @@ TOPICS = (
         "label_snapshot",
         _t.label_snapshot("<pipeline>", "<label>"),
         "publishes",
-        "0",
+        "1",
         "yes",
         "`pipelines[].events.snapshot.enabled`: when an event of that label has a better picture than the one "
-        "shown, or any new picture once the one shown is `label_refresh_s` old",
+        "shown, or any new picture once the one shown is `label_refresh_s` old; the latest again after every "
+        "reconnect",
         "JPEG of the latest best object of the label, for a dashboard's picture (Home Assistant's MQTT image)",
     ),
     TopicEntry(
@@ -135,7 +137,9 @@ TOPICS = (
         "publishes",
         "1",
         "yes",
-        "with tracking: when it changes, and at start-up and after every reconnect (0 before any object)",
+        "with `pipelines[].zones`, `lines` or `events` (and tracking): when it changes, at start-up and after "
+        "every reconnect (0 before any object); 0 when the pipeline stops; emptied when a reload removes the "
+        "pipeline",
         "the number of confirmed objects of the label present, as text; `<label>` `all` counts every label",
     ),
     TopicEntry(

@@ -283,11 +283,14 @@ class Daemon:
                 log.warning("reload: the %s section changed; restart the service to apply it", section)
         for name in (*diff.removed, *diff.changed):
             self._stop_pipeline(name, timeout=5.0)
-        for name in diff.removed:  # an empty retained message deletes the broker's: no model for a pipeline gone
-            self.states.put(self.topics.model(name), b"")
+        for name in diff.removed:  # no model, count or occupancy left retained for a pipeline gone
+            self.states.clear_under(self.topics.pipeline(name))
         self.config = new
+        before_start = self.states.mark()
         for name in (*diff.added, *diff.changed):
             self._start_pipeline(new.pipeline(name))
+        for name in diff.changed:  # what the pipeline had and no longer has: a zone or a line taken out
+            self.states.clear_under(self.topics.pipeline(name), before=before_start)
         log.info("reloaded: added %s, changed %s, removed %s", diff.added, diff.changed, diff.removed)
         self.notifier.ready(f"{len(self.pipelines)} pipelines running")
 
@@ -343,7 +346,8 @@ class Daemon:
             )
 
     def _deliver_before_exit(self, timeout: float) -> int:
-        """The sources have ended: finish the pipelines, then wait for the spool to reach the broker."""
+        """The sources have ended: finish the pipelines, then wait for the spool and the latest retained states
+        (the counts a stopped pipeline put back to zero) to reach the broker."""
         for name in list(self.pipelines):
             self._stop_pipeline(name, timeout=10.0)
         spooled = self.publisher.stats().spool_messages
@@ -351,11 +355,16 @@ class Daemon:
             log.info("waiting up to %.0f s for %d spooled results to reach the broker", timeout, spooled)
         deadline = time.monotonic() + timeout
         while not self._stop.is_set():
-            if self.publisher.drain(min(1.0, max(0.0, deadline - time.monotonic()))):
+            self.states.refresh()
+            drained = self.publisher.drain(min(1.0, max(0.0, deadline - time.monotonic())))
+            self.states.refresh()
+            if drained and self.states.in_session:
                 log.info("every result reached the broker")
                 return 0
             if time.monotonic() >= deadline:
                 break
+            if drained:  # only the states wait, for a connection: drain returned at once
+                self._stop.wait(0.1)
         return EXIT_UNDELIVERED
 
     def _shut_down(self) -> None:

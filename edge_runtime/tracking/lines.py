@@ -71,6 +71,7 @@ class LineConfig(StrictModel):
         "line's start towards its end: for points [[0.3, 0.6], [0.7, 0.6]], drawn from left to right, "
         "'right' is below the line and 'left' above it, so with inbound: right an object walking down the "
         "image across the line comes in and one walking up goes out; swap the points to swap the sides",
+        examples=["right"],
     )
     labels: list[str] = Field(
         default_factory=list,

@@ -2,8 +2,9 @@
 
 A zone's or a line's name becomes one level of its MQTT topics (`…/zone/<name>/occupied`), so a name
 with `/` would split the topic, one with `+` or `#` would be a wildcard no broker accepts in a published
-topic, and one starting with `$` would land among the broker's own topics. Names are checked here so
-that the pipeline config and the zones and lines themselves apply one rule.
+topic, and one starting with `$` would land among the broker's own topics. They are held to the rule
+every name a user gives for a topic level follows (`edge_runtime.mqtt.topics.check_topic_name`), so that
+the pipeline config and the zones and lines themselves apply one rule.
 
 Zones and lines keep their state in arrays with one row per object, so that a frame's update is a few
 array operations over all objects and all zones at once instead of a loop over pairs. `ObjectRows` hands
@@ -19,17 +20,16 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from edge_runtime.mqtt.topics import check_topic_name
 from edge_runtime.tracking.config import Point
 from edge_runtime.tracking.objects import TrackedObject
 
 __all__ = [
-    "MAX_NAME_LENGTH",
     "ObjectRows",
     "bottom_centres",
     "check_distinct_labels",
     "check_names",
     "check_relative_points",
-    "check_topic_level",
     "grown",
 ]
 
@@ -38,35 +38,13 @@ Indices = npt.NDArray[np.intp]
 Value = TypeVar("Value")
 Grown = TypeVar("Grown", bound=np.generic)
 
-MAX_NAME_LENGTH = 64  # a topic level, a Home Assistant entity's name part: long enough to say what it is
-TOPIC_SPECIAL = frozenset("/+#")
-
-
-def check_topic_level(name: str, kind: str) -> str:
-    """`name` if it can stand as one MQTT topic level, else a ValueError naming the `kind` ("zone"), the
-    name and what is wrong with it."""
-    if not name:
-        raise ValueError(f"a {kind} name must not be empty")
-    if len(name) > MAX_NAME_LENGTH:
-        raise ValueError(f"{kind} name {name!r} is {len(name)} characters long; at most {MAX_NAME_LENGTH} are allowed")
-    bad = sorted({char for char in name if char in TOPIC_SPECIAL or char.isspace() or not char.isprintable()})
-    if bad:
-        shown = ", ".join(repr(char) for char in bad)
-        raise ValueError(
-            f"{kind} name {name!r} contains {shown}; it becomes an MQTT topic level, where '/' separates levels, "
-            "'+' and '#' are wildcards, and spaces and control characters are not wanted"
-        )
-    if name.startswith("$"):
-        raise ValueError(f"{kind} name {name!r} starts with '$', which brokers reserve for their own topics")
-    return name
-
 
 def check_names(regions: Mapping[str, Value], kind: str) -> Mapping[str, Value]:
     """The mapping unchanged if every key is a valid topic level; else one ValueError listing every bad name."""
     problems = []
     for name in regions:
         try:
-            check_topic_level(name, kind)
+            check_topic_name(name, kind)
         except ValueError as error:
             problems.append(str(error))
     if problems:

@@ -13,6 +13,8 @@ from edge_runtime.errors import EdgeRuntimeError
 
 DELETE = object()
 SENSOR = {"type": "mqtt", "topics": ["sensors/a"], "window": {"length": 64, "stride": 32}}
+ZONE = {"polygon": [[0.0, 0.5], [1.0, 0.5], [1.0, 1.0], [0.0, 1.0]]}
+LINE = {"points": [[0.3, 0.6], [0.7, 0.6]], "inbound": "right"}
 
 
 def edit(data: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -77,7 +79,7 @@ CASES = [
     ({"serve": {"share_group": "a/b", "models": []}}, "serve.share_group", "it contains '/'"),
     ({"serve": {"share_group": "all boxes", "models": []}}, "serve.share_group", "it contains ' '"),
     ({"serve": {"share_group": "g+", "models": []}}, "serve.share_group", "it contains '+'"),
-    ({"serve": {"share_group": "$g", "models": []}}, "serve.share_group", "cannot start with '$'"),
+    ({"serve": {"share_group": "$g", "models": []}}, "serve.share_group", "starts with '$', which brokers reserve"),
     ({"serve": {"share_group": "g$1", "models": []}}, "serve.share_group", "cannot be a share group: it contains '$'"),
     ({"serve": {"share_group": "", "models": []}}, "serve.share_group", "must not be empty"),
     (
@@ -105,7 +107,7 @@ CASES = [
     ({"stats.prometheus.enable": True}, "stats.prometheus.enable", "did you mean 'enabled'?"),
     ({"log_level": "verbose"}, "log_level", "'debug', 'info', 'warning' or 'error'"),
     ({"device_id": "site/box"}, "device_id", "cannot be an MQTT topic level: it contains '/'"),
-    ({"device_id": "$SYS"}, "device_id", "cannot start with '$'"),
+    ({"device_id": "$SYS"}, "device_id", "starts with '$', which brokers reserve"),
     ({"pipelines.0.name": "front door"}, "pipelines[0].name", "it contains ' '"),
     ({"pipelines.0.name": "cam+1"}, "pipelines[0].name", "it contains '+'"),
     ({"pipelines.0.model.path": "no/such/model"}, "pipelines[0].model.path", "pipeline 'faces': model not found: "),
@@ -139,6 +141,64 @@ CASES = [
         {"pipelines.0.track": {"filters": {"face": {"threshold": 2}}}},
         "pipelines[0].track.filters.face.threshold",
         "less than or equal to 1",
+    ),
+    ({"pipelines.0.zones": {"yard": ZONE}}, "pipelines[0].zones", "needs track: zones follow tracked objects"),
+    (
+        {"pipelines.0.lines": {"gate": LINE}, "pipelines.0.track": {"enabled": False}},
+        "pipelines[0].lines",
+        "needs track: lines follow tracked objects, and none are tracked (track.enabled is false)",
+    ),
+    ({"pipelines.0.events": {}}, "pipelines[0].events", "needs track: events follow tracked objects"),
+    (
+        {"pipelines.0.track": {"labels": ["face"]}, "pipelines.0.zones": {"yard": ZONE | {"labels": ["face", "car"]}}},
+        "pipelines[0].zones.yard.labels[1]",
+        "'car' is not tracked, so no object of it is ever seen (track.labels: face)",
+    ),
+    (
+        {"pipelines.0.track": {"labels": ["face"]}, "pipelines.0.lines": {"gate": LINE | {"labels": ["car"]}}},
+        "pipelines[0].lines.gate.labels[0]",
+        "'car' is not tracked",
+    ),
+    (
+        {"pipelines.0.track": {"labels": ["face"]}, "pipelines.0.events": {"labels": ["face", "person"]}},
+        "pipelines[0].events.labels[1]",
+        "'person' is not tracked",
+    ),
+    (
+        {"pipelines.0.track": {}, "pipelines.0.zones": {"yard": ZONE}, "pipelines.0.events.required_zones": ["drive"]},
+        "pipelines[0].events.required_zones[0]",
+        "'drive' is not a zone of this pipeline (its zones: yard)",
+    ),
+    (
+        {"pipelines.0.track": {}, "pipelines.0.events": {"required_zones": ["yard"]}},
+        "pipelines[0].events.required_zones[0]",
+        "'yard' is not a zone of this pipeline (it has none)",
+    ),
+    (
+        {"pipelines.0.track": {}, "pipelines.0.zones": {"front yard": ZONE}},
+        "pipelines[0].zones",
+        "zone name 'front yard' cannot be an MQTT topic level: it contains ' '",
+    ),
+    (
+        {"pipelines.0.track": {}, "pipelines.0.lines": {"gate/in": LINE}},
+        "pipelines[0].lines",
+        "line name 'gate/in' cannot be an MQTT topic level: it contains '/'",
+    ),
+    ({"pipelines.0.name": "n" * 65}, "pipelines[0].name", "is 65 characters long; at most 64 are allowed"),
+    (
+        {"pipelines.0.track": {}, "pipelines.0.zones": {"yard": {"polygon": [[0, 0], [1, 1.5], [0, 1]]}}},
+        "pipelines[0].zones.yard.polygon",
+        "the polygon has points outside the frame",
+    ),
+    (
+        {"pipelines.0.track": {}, "pipelines.0.lines": {"gate": {"points": [[0, 0.5], [1, 0.5]]}}},
+        "pipelines[0].lines.gate.inbound",
+        "required field is missing",
+    ),
+    (
+        {"pipelines.0.track": {}, "pipelines.0.events": {"heartbeat_s": 0}},
+        "pipelines[0].events.heartbeat_s",
+        "greater than 0",
     ),
     (
         {"pipelines.0.source": SENSOR, "pipelines.0.preprocess": {"resize": "crop"}},
@@ -225,6 +285,57 @@ pipelines:
         f"{path}:7: pipelines[0].source.pth: unknown field; did you mean 'path'?",
         f"{path}:11: pipelines[0].publish.qos: Input should be 0, 1 or 2",
     ]
+
+
+def test_problems_of_zones_lines_and_events_carry_the_line_of_the_field_at_fault(
+    base_config: dict[str, Any], write_config: Any, face_package_dir: Path
+) -> None:
+    text = f"""device_id: box-1
+pipelines:
+  - name: faces
+    source: {{type: file, path: video.mp4}}
+    model: {{path: {face_package_dir}}}
+    track:
+      labels: [face]
+    zones:
+      yard:
+        polygon: [[0, 0.5], [1, 0.5], [1, 1]]
+        labels:
+          - face
+          - car
+    events:
+      required_zones: [yard, drive]
+"""
+    path = write_config(text)
+    with pytest.raises(ConfigFileError) as raised:
+        load_config(path, environ={})
+    assert raised.value.problems == [
+        f"{path}:13: pipelines[0].zones.yard.labels[1]: 'car' is not tracked, so no object of it is ever seen "
+        "(track.labels: face)",
+        f"{path}:15: pipelines[0].events.required_zones[1]: 'drive' is not a zone of this pipeline (its zones: yard)",
+    ]
+
+
+def test_a_pipeline_that_follows_objects_loads_and_one_without_these_sections_does_not_follow_them(
+    base_config: dict[str, Any], write_config: Any
+) -> None:
+    plain = load_config(write_config(base_config), environ={}).pipelines[0]
+    assert (plain.zones, plain.lines, plain.events, plain.follows_objects) == ({}, {}, None, False)
+    base_config["pipelines"][0] |= {
+        "track": {"labels": ["face"]},
+        "zones": {"yard": ZONE | {"labels": ["face"]}, "door": ZONE | {"loitering_s": 5}},
+        "lines": {"gate": LINE},
+        "events": {"required_zones": ["door"], "snapshot": {"crop": False}},
+    }
+    pipeline = load_config(write_config(base_config), environ={}).pipelines[0]
+    assert list(pipeline.zones) == ["yard", "door"] and pipeline.zones["door"].loitering_s == 5
+    assert pipeline.lines["gate"].inbound == "right" and pipeline.events is not None
+    assert pipeline.events.required_zones == ["door"] and pipeline.follows_objects
+    base_config["pipelines"][0]["events"] = {"enabled": False}
+    del base_config["pipelines"][0]["zones"], base_config["pipelines"][0]["lines"]
+    assert not load_config(write_config(base_config), environ={}).pipelines[0].follows_objects
+    del base_config["pipelines"][0]["track"]  # events kept in the file but off need no track
+    assert load_config(write_config(base_config), environ={}).pipelines[0].events is not None
 
 
 def test_every_problem_is_reported_at_once(base_config: dict[str, Any], write_config: Any) -> None:

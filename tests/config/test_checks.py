@@ -101,6 +101,18 @@ def set_value(*keys: str | int, value: Any) -> Edit:
     return edit
 
 
+LOWER_HALF = [[0.0, 0.5], [1.0, 0.5], [1.0, 1.0], [0.0, 1.0]]
+
+
+def following(**sections: Any) -> Edit:
+    """Every label tracked, with these zones, lines or events sections."""
+
+    def edit(config: dict[str, Any], etc: Path) -> None:
+        config["pipelines"][0].update({"track": {}, **sections})
+
+    return edit
+
+
 def tracking(decoder: dict[str, Any] | None = None, **track: Any) -> Edit:
     """A `track` section with these keys, and the decoder override where given."""
 
@@ -174,6 +186,24 @@ def cases(face_package_dir: Path) -> list[tuple[str, Edit, str, str]]:
             tracking(filters={"default": {"threshold": 0.8}, "person": {"min_area": 0.01}}),
             "pipelines[0].track.filters.person",
             "has no label 'person'; its labels: face",
+        ),
+        (
+            "zone-label-unknown",
+            following(zones={"yard": {"polygon": LOWER_HALF, "labels": ["face", "car"]}}),
+            "pipelines[0].zones.yard.labels[1]",
+            "model face_detection_short_range has no label 'car'; its labels: face",
+        ),
+        (
+            "line-label-unknown",
+            following(lines={"gate": {"points": [[0.3, 0.6], [0.7, 0.6]], "inbound": "right", "labels": ["car"]}}),
+            "pipelines[0].lines.gate.labels[0]",
+            "model face_detection_short_range has no label 'car'; its labels: face",
+        ),
+        (
+            "event-label-unknown",
+            following(events={"labels": ["person"]}),
+            "pipelines[0].events.labels[0]",
+            "model face_detection_short_range has no label 'person'; its labels: face",
         ),
         ("served-missing", served("models/none"), "serve.models[0].path", "served model 'faces': model not found"),
         ("ports-clash", ports_clash(face_package_dir), "serve.http.port", "port 9464 is also stats.prometheus.port"),
@@ -338,6 +368,20 @@ def test_a_track_section_naming_the_model_s_labels_passes_and_a_disabled_one_is_
     config["pipelines"][0]["track"] = {"labels": ["face"], "filters": {"face": {"threshold": 0.8}}}
     assert check_config(write_config(config), capsys) == (0, [])
     config["pipelines"][0]["track"] = {"enabled": False, "labels": ["person"]}
+    assert check_config(write_config(config), capsys) == (0, [])
+
+
+def test_zones_lines_and_events_naming_the_model_s_labels_pass_and_disabled_events_are_not_checked(
+    config: dict[str, Any], write_config: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config["pipelines"][0] |= {
+        "track": {},
+        "zones": {"yard": {"polygon": LOWER_HALF, "labels": ["face"]}},
+        "lines": {"gate": {"points": [[0.3, 0.6], [0.7, 0.6]], "inbound": "left", "labels": ["face"]}},
+        "events": {"labels": ["face"], "required_zones": ["yard"]},
+    }
+    assert check_config(write_config(config), capsys) == (0, [])
+    config["pipelines"][0]["events"] = {"enabled": False, "labels": ["person"]}
     assert check_config(write_config(config), capsys) == (0, [])
 
 

@@ -40,3 +40,34 @@ def _retained_at(broker: Mosquitto) -> list[tuple[bytes, bool]]:
     late.wait_until(lambda m: bool(m), timeout=1)
     late.close()
     return [(x.payload, x.retain) for x in late.messages]
+
+
+def test_clearing_a_level_deletes_its_states_from_the_broker_and_spares_the_others(tmp_path: Path) -> None:
+    with Mosquitto(tmp_path / "broker") as broker:
+        connection = MqttConnection(MqttSettings(host=broker.host, port=broker.port), "box")
+        states = RetainedStates(connection)
+        connection.start()
+        try:
+            assert connection.wait_connected(10)
+            states.refresh()
+            for topic in ("box/cam/model", "box/cam/zone/yard/occupied", "box/cam/count/all", "box/cam2/count/all"):
+                states.put(topic, b"1")
+            mark = states.mark()
+            states.put("box/cam/count/all", b"2")  # put again after the mark: the pipeline still has it
+            states.clear_under("box/cam", before=mark)
+            assert wait_for(lambda: _retained_under(broker) == {"box/cam/count/all": b"2", "box/cam2/count/all": b"1"})
+            states.clear_under("box/cam")
+            assert wait_for(lambda: _retained_under(broker) == {"box/cam2/count/all": b"1"})
+            broker.restart()  # a new session sends the deletions again, with the states that stay
+            assert wait_for(lambda: connection.connected and connection.connect_count == 2, timeout=20)
+            states.refresh()
+            assert wait_for(lambda: _retained_under(broker) == {"box/cam2/count/all": b"1"}, timeout=10)
+        finally:
+            connection.stop()
+
+
+def _retained_under(broker: Mosquitto) -> dict[str, bytes]:
+    late = broker.subscribe_collect("box/#")
+    late.wait_until(lambda m: bool(m), timeout=1)
+    late.close()
+    return {x.topic: x.payload for x in late.messages if x.retain}

@@ -113,6 +113,51 @@ def test_listeners_hear_every_update_in_order_and_one_that_fails_does_not_stop_t
     assert len(failures) == 3
 
 
+@dataclass
+class Lifecycle(Heard):
+    """A listener that also hears the pipeline start and stop."""
+
+    steps: list[str] = field(default_factory=list)
+    broken_start: bool = False
+
+    def start(self) -> None:
+        self.steps.append("start")
+        if self.broken_start:
+            raise RuntimeError("broker refused the first state")
+
+    def stop(self) -> None:
+        self.steps.append("stop")
+
+
+def test_listeners_with_start_and_stop_hear_them_and_one_failing_does_not_stop_the_next() -> None:
+    failures = []
+    first, second, plain = Lifecycle(broken_start=True), Lifecycle(), Heard()
+    stage = ObjectStage(TrackConfig(), [first, plain, second], on_error=lambda: failures.append(1))
+    stage.start()
+    stage.on_frame(frame_at(0.0), Detections((person(100.0),)))
+    stage.stop()
+    assert first.steps == second.steps == ["start", "stop"] and len(failures) == 1
+    assert [len(heard.seen) for heard in (first, plain, second)] == [1, 1, 1]
+
+
+def test_with_zones_of_each_object_s_detection_names_its_zones_once_the_listeners_placed_it() -> None:
+    """Only detections of confirmed objects whose zones are known get them; the others are left as they are."""
+    placed: dict[str, tuple[str, ...]] = {}
+
+    def place_first(seen: ObjectsSeen) -> None:
+        placed.clear()
+        placed.update({obj.id: ("yard",) for obj in seen.update.objects[:1]})
+
+    stage = ObjectStage(TrackConfig(), [place_first], zones_of=placed.get)
+    for i in range(3):
+        frame = Detections((person(100.0 + 4 * i), person(400.0 - 4 * i), person(250.0, score=0.3)))
+        marked = stage.on_frame(frame_at(i / 10), frame)
+    first, second, weak = marked.detections
+    assert first.zones == ("yard",) and first.to_dict()["zones"] == ["yard"]
+    assert second.track_id is not None and second.zones is None and "zones" not in second.to_dict()
+    assert weak is frame.detections[2]
+
+
 def test_no_stage_without_a_track_section_or_with_it_disabled() -> None:
     assert object_stage_for(None) is None
     assert object_stage_for(TrackConfig(enabled=False)) is None

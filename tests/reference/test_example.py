@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from edge_runtime.cli import main
 from edge_runtime.commands.check_config import run_check_config
@@ -83,6 +84,16 @@ def test_each_optional_section_taken_in_passes_the_schema(example: str, section:
     text = uncommented(example, section, indent)
     assert f"\n{' ' * indent}{section}:\n" in text
     DaemonConfig.model_validate(loaded(text))
+
+
+def test_zones_lines_and_events_taken_in_with_track_pass_the_schema_and_refuse_to_go_without_it(example: str) -> None:
+    text = example
+    for section in ("zones", "lines", "events"):
+        text = uncommented(text, section, 4)
+    with pytest.raises(ValidationError, match="needs track"):
+        DaemonConfig.model_validate(loaded(text))
+    pipeline = DaemonConfig.model_validate(loaded(uncommented(text, "track", 4))).pipelines[0]
+    assert list(pipeline.zones) == ["yard"] and list(pipeline.lines) == ["gate"] and pipeline.follows_objects
 
 
 @pytest.mark.parametrize("kind", ["stream", "file", "folder", "mqtt", "serial", "replay"])

@@ -9,7 +9,7 @@ from importlib import resources
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.reference.topics import TOPICS, TOPICS_OF_THE_BOX, topics_page
 
-NOT_TOPICS = {"prefix", "device_id", "device"}  # what topics are built from, not topics
+NOT_TOPICS = {"prefix", "device_id", "device", "pipeline"}  # what topics are built from, not topics
 
 
 def built_topics() -> dict[str, str]:

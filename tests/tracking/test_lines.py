@@ -220,7 +220,7 @@ def test_config_mistakes_are_said_plainly_at_their_field(config: dict[str, Any],
 
 def test_line_names_must_be_mqtt_topic_levels() -> None:
     config = LineConfig.model_validate({"points": GATE, "inbound": "left"})
-    with pytest.raises(ValueError, match=r"line name 'gate/in' contains '/'"):
+    with pytest.raises(ValueError, match=r"line name 'gate/in' cannot be an MQTT topic level: it contains '/'"):
         check_line_names({"gate/in": config})
     with pytest.raises(ValueError, match=r"line name '\$gate' starts with '\$'"):
         Lines({"$gate": config}, 0.0)

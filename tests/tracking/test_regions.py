@@ -1,4 +1,4 @@
-"""What zones and lines share: topic-level names, relative points, bottom centres, and rows that are reused."""
+"""What zones and lines share: relative points, bottom centres, and rows that are reused."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from edge_runtime.tracking.regions import (
     bottom_centres,
     check_distinct_labels,
     check_relative_points,
-    check_topic_level,
     grown,
 )
 
@@ -49,25 +48,6 @@ def test_grown_keeps_rows_and_fills_new_ones() -> None:
     extended = grown(array, 4, 0)
     assert extended.dtype == np.int8 and extended.tolist() == [[1, 2], [3, 4], [0, 0], [0, 0]]
     assert np.isnan(grown(np.zeros((1, 2)), 2, np.nan)[1]).all()
-
-
-@pytest.mark.parametrize("name", ["yard", "front_yard", "gate-2", "Einfahrt", "é"])
-def test_plain_names_are_topic_levels(name: str) -> None:
-    assert check_topic_level(name, "zone") == name
-
-
-@pytest.mark.parametrize(
-    ("name", "expected"),
-    [
-        ("a\tb", "contains '\\t'"),
-        ("a\x00b", "contains '\\x00'"),
-        ("a/b+c", "contains '+', '/'"),
-    ],
-)
-def test_control_characters_and_several_specials_are_named(name: str, expected: str) -> None:
-    with pytest.raises(ValueError) as caught:
-        check_topic_level(name, "line")
-    assert expected in str(caught.value) and str(caught.value).startswith("line name")
 
 
 def test_labels_and_points_are_checked_with_their_reason() -> None:

@@ -233,7 +233,7 @@ def test_defaults_are_frigates() -> None:
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("front/yard", "zone name 'front/yard' contains '/'"),
+        ("front/yard", "zone name 'front/yard' cannot be an MQTT topic level: it contains '/'"),
         ("yard+", "contains '+'"),
         ("#all", "contains '#'"),
         ("front yard", "contains ' '"),
