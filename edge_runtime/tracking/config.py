@@ -17,11 +17,29 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from edge_runtime.config.base import StrictModel
 
-__all__ = ["DEFAULT_FILTER", "MatchSettings", "ObjectFilter", "Point", "ScoreSettings", "TrackConfig"]
+__all__ = [
+    "DEFAULT_FILTER",
+    "MatchSettings",
+    "ObjectFilter",
+    "Point",
+    "ScoreSettings",
+    "TrackConfig",
+    "check_distinct",
+]
 
 DEFAULT_FILTER = "default"
 
 Point = tuple[float, float]
+
+
+def check_distinct(names: list[str], what: str = "label") -> list[str]:
+    """`names` (labels, zones) unchanged when none is empty or listed twice; else a ValueError saying which."""
+    if any(not name for name in names):
+        raise ValueError(f"a {what} must not be empty")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"{what}s listed twice: {', '.join(repeated)}")
+    return names
 
 
 class ScoreSettings(StrictModel):
@@ -166,12 +184,7 @@ class TrackConfig(StrictModel):
     @field_validator("labels")
     @classmethod
     def _distinct_labels(cls, labels: list[str]) -> list[str]:
-        if any(not label for label in labels):
-            raise ValueError("a label must not be empty")
-        repeated = sorted({label for label in labels if labels.count(label) > 1})
-        if repeated:
-            raise ValueError(f"labels listed twice: {', '.join(repeated)}")
-        return labels
+        return check_distinct(labels)
 
     @field_validator("masks")
     @classmethod

@@ -25,9 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from edge_runtime.config.base import StrictModel
+from edge_runtime.tracking.config import check_distinct
 from edge_runtime.tracking.objects import TrackedObject, TrackUpdate
 from edge_runtime.tracking.presence import ObjectZones
 from edge_runtime.tracking.snapshots import (
@@ -72,13 +73,8 @@ class EventsConfig(StrictModel):
 
     @field_validator("labels", "required_zones")
     @classmethod
-    def _distinct_names(cls, names: list[str]) -> list[str]:
-        if any(not name for name in names):
-            raise ValueError("a name must not be empty")
-        repeated = sorted({name for name in names if names.count(name) > 1})
-        if repeated:
-            raise ValueError(f"listed twice: {', '.join(repeated)}")
-        return names
+    def _distinct_names(cls, names: list[str], info: ValidationInfo) -> list[str]:
+        return check_distinct(names, "label" if info.field_name == "labels" else "zone")
 
 
 @dataclass(frozen=True)

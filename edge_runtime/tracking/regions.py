@@ -27,7 +27,6 @@ from edge_runtime.tracking.objects import TrackedObject
 __all__ = [
     "ObjectRows",
     "bottom_centres",
-    "check_distinct_labels",
     "check_names",
     "check_relative_points",
     "grown",
@@ -50,15 +49,6 @@ def check_names(regions: Mapping[str, Value], kind: str) -> Mapping[str, Value]:
     if problems:
         raise ValueError("; ".join(problems))
     return regions
-
-
-def check_distinct_labels(labels: list[str]) -> list[str]:
-    if any(not label for label in labels):
-        raise ValueError("a label must not be empty")
-    repeated = sorted({label for label in labels if labels.count(label) > 1})
-    if repeated:
-        raise ValueError(f"labels listed twice: {', '.join(repeated)}")
-    return labels
 
 
 def check_relative_points(points: Iterable[Point], what: str) -> None:

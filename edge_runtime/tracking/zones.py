@@ -27,13 +27,12 @@ import numpy.typing as npt
 from pydantic import Field, field_validator
 
 from edge_runtime.config.base import StrictModel
-from edge_runtime.tracking.config import Point
+from edge_runtime.tracking.config import Point, check_distinct
 from edge_runtime.tracking.objects import TrackedObject, TrackUpdate
 from edge_runtime.tracking.presence import ObjectZones
 from edge_runtime.tracking.regions import (
     ObjectRows,
     bottom_centres,
-    check_distinct_labels,
     check_names,
     check_relative_points,
     grown,
@@ -87,7 +86,7 @@ class ZoneConfig(StrictModel):
     @field_validator("labels")
     @classmethod
     def _distinct_labels(cls, labels: list[str]) -> list[str]:
-        return check_distinct_labels(labels)
+        return check_distinct(labels)
 
 
 def check_zone_names(zones: Mapping[str, ZoneConfig]) -> Mapping[str, ZoneConfig]:

@@ -300,8 +300,8 @@ def test_bad_events_config_names_the_field() -> None:
             EventsConfig.model_validate(data)
         return "\n".join(describe_validation_error(caught.value))
 
-    assert problems({"labels": ["person", "person"]}) == "labels: listed twice: person"
-    assert problems({"required_zones": [""]}) == "required_zones: a name must not be empty"
+    assert problems({"labels": ["person", "person"]}) == "labels: labels listed twice: person"
+    assert problems({"required_zones": [""]}) == "required_zones: a zone must not be empty"
     assert problems({"heartbeat_s": 0}).startswith("heartbeat_s: ")
     assert problems({"snapshot": {"quality": 0}}).startswith("snapshot.quality: ")
     assert problems({"snapshot": {"heigth": 300}}) == "snapshot.heigth: unknown field"

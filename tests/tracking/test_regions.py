@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from standing import FRAME, standing
 
+from edge_runtime.tracking.config import check_distinct
 from edge_runtime.tracking.regions import (
     ObjectRows,
     bottom_centres,
-    check_distinct_labels,
     check_relative_points,
     grown,
 )
@@ -52,7 +52,9 @@ def test_grown_keeps_rows_and_fills_new_ones() -> None:
 
 def test_labels_and_points_are_checked_with_their_reason() -> None:
     with pytest.raises(ValueError, match="labels listed twice: car"):
-        check_distinct_labels(["car", "person", "car"])
+        check_distinct(["car", "person", "car"])
+    with pytest.raises(ValueError, match="a zone must not be empty"):
+        check_distinct(["yard", ""], "zone")
     with pytest.raises(ValueError, match=r"the line has points outside the frame: \[\(0.5, -0.1\)\]"):
         check_relative_points([(0.5, 0.5), (0.5, -0.1)], "the line")
     check_relative_points([(0.0, 0.0), (1.0, 1.0)], "the line")
