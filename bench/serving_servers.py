@@ -64,7 +64,7 @@ def until_terminated() -> None:
 
 
 def serve_edge(args: argparse.Namespace) -> None:
-    from edge_runtime.config.schema import ServeSettings
+    from edge_runtime.config.serving import ServeSettings
     from edge_runtime.mqtt.connection import MqttConnection
     from edge_runtime.mqtt.settings import MqttSettings
     from edge_runtime.mqtt.topics import Topics

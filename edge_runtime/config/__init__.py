@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from edge_runtime.config.diff import PipelineDiff, diff_pipelines
     from edge_runtime.config.loading import load_config
+    from edge_runtime.config.model import ModelConfig
     from edge_runtime.config.problems import ConfigFileError
     from edge_runtime.config.schema import (
         DaemonConfig,
         DecoderOverride,
-        ModelConfig,
         PipelineConfig,
         PreprocessOverrides,
         PrometheusSettings,
@@ -30,7 +30,7 @@ _EXPORTS = {
     "ConfigFileError": "edge_runtime.config.problems",
     "DaemonConfig": "edge_runtime.config.schema",
     "DecoderOverride": "edge_runtime.config.schema",
-    "ModelConfig": "edge_runtime.config.schema",
+    "ModelConfig": "edge_runtime.config.model",
     "PipelineConfig": "edge_runtime.config.schema",
     "PipelineDiff": "edge_runtime.config.diff",
     "PreprocessOverrides": "edge_runtime.config.schema",

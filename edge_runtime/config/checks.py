@@ -28,9 +28,10 @@ from pydantic import ValidationError
 from edge_runtime.backends import BACKENDS
 from edge_runtime.config.base import describe_validation_error
 from edge_runtime.config.host_checks import check_directories, check_source, device_notes
+from edge_runtime.config.model import ModelConfig
 from edge_runtime.config.parts import ConfigParts, PipelinePart
 from edge_runtime.config.problems import FieldPath, Problem
-from edge_runtime.config.schema import DecoderOverride, ModelConfig, PipelineConfig
+from edge_runtime.config.schema import DecoderOverride, PipelineConfig
 from edge_runtime.errors import ConfigError, EdgeRuntimeError, ManifestError
 from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.store import ModelStore

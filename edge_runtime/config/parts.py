@@ -19,17 +19,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from edge_runtime.config.control import ControlSettings
+from edge_runtime.config.model import ModelConfig
 from edge_runtime.config.problems import FieldPath
-from edge_runtime.config.schema import (
-    DaemonConfig,
-    HttpSettings,
-    ModelConfig,
-    PipelineConfig,
-    PrometheusSettings,
-    ServedModelConfig,
-    ServeSettings,
-    StatsSettings,
-)
+from edge_runtime.config.schema import DaemonConfig, PipelineConfig, PrometheusSettings, StatsSettings
+from edge_runtime.config.serving import HttpSettings, ServedModelConfig, ServeSettings
 from edge_runtime.config.trust import TrustSettings
 from edge_runtime.mqtt.settings import MqttSettings, SpoolSettings, TlsSettings
 from edge_runtime.sources.base import SourceConfig

@@ -6,25 +6,23 @@ Strict like the model manifest: an unknown or misspelt key is an error, because 
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from edge_runtime.backends import BACKENDS, BackendKey
 from edge_runtime.config.base import StrictModel
 from edge_runtime.config.control import ControlSettings
 from edge_runtime.config.directories import default_cache_dir, default_state_dir
+from edge_runtime.config.model import ModelConfig
 from edge_runtime.config.object_sections import check_object_sections
 from edge_runtime.config.rollout import RolloutSettings
+from edge_runtime.config.serving import ServeSettings
 from edge_runtime.config.trust import TrustSettings
 from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.mqtt.topics import FLEET, check_topic_name
-from edge_runtime.package.manifest import DecoderSpec, InputSpec, PadValue, Precision
+from edge_runtime.package.manifest import DecoderSpec, InputSpec, PadValue
 from edge_runtime.sources.configs import (
-    DEFAULT_MAX_IMAGE_PIXELS,
     AnySource,
     CameraSourceConfig,
     SensorSourceConfig,
@@ -46,54 +44,6 @@ class StatsSettings(StrictModel):
     prometheus: PrometheusSettings = Field(
         default_factory=PrometheusSettings, description="optional Prometheus endpoint with the same counters"
     )
-
-
-class ModelConfig(StrictModel):
-    """The model of a pipeline and how to run it; unset fields leave the choice to the device profile."""
-
-    path: Path = Field(
-        description="model package directory (with model.yaml) or bare model file (.xml, .tflite, .onnx); "
-        "relative to the config file's directory",
-        examples=["models/face_detection"],
-    )
-    backend: BackendKey | None = Field(default=None, description="pin a backend: openvino, litert or onnxruntime")
-    device: str | None = Field(default=None, min_length=1, description="pin a device, e.g. CPU, GPU, NPU, CUDA")
-    precision: Precision | None = Field(default=None, description="run at this precision: fp32, fp16, bf16, int8")
-    variant: str | None = Field(default=None, description="pin a package variant, e.g. openvino/int8")
-    threads: int | None = Field(default=None, ge=1, description="inference threads; default: the profile's")
-    hint: Literal["latency", "throughput"] | None = Field(
-        default=None,
-        description="the backend's performance hint; default: the profile's, else throughput for input ready at "
-        "once (a file not played in realtime, a folder, a replay without rate_hz) and latency for live sources",
-    )
-    max_in_flight: int | None = Field(
-        default=None,
-        ge=1,
-        description="inferences running at once; default: as many as the backend finds best for the device",
-    )
-    fidelity_tolerance: float | None = Field(
-        default=None,
-        gt=0,
-        le=1,
-        description="if set, compare the chosen backend with the fp32 reference at load and refuse it when its "
-        "largest error exceeds this fraction of the output range",
-    )
-
-    @field_validator("variant")
-    @classmethod
-    def _variant_id(cls, variant: str | None) -> str | None:
-        if variant is not None and not re.fullmatch(r"[a-z0-9]+/[A-Za-z0-9._-]+", variant):
-            raise ValueError(f"{variant!r} is not a variant id like 'openvino/int8' or 'tflite/fp32'")
-        return variant
-
-    @model_validator(mode="after")
-    def _variant_loadable_by_backend(self) -> ModelConfig:
-        if self.backend is not None and self.variant is not None:
-            kind = self.variant.split("/")[0]
-            loadable = sorted(f.value for f in BACKENDS[self.backend].formats)
-            if kind not in loadable:
-                raise ValueError(f"backend {self.backend} cannot load {kind} variants (it loads {', '.join(loadable)})")
-        return self
 
 
 class PreprocessOverrides(StrictModel):
@@ -266,165 +216,6 @@ class PipelineConfig(StrictModel):
         if image_only:
             raise ValueError(f"preprocess.{image_only[0]} applies to images; {self.source.type!r} gives sensor windows")
         return self
-
-
-class BatchingSettings(StrictModel):
-    """Triton's dynamic batching rule: a batch leaves when full or when its oldest request waited the delay."""
-
-    max_batch_size: int = Field(
-        default=0,
-        ge=0,
-        le=256,
-        description="samples joined into one inference; 0 runs each request on its own, several in flight",
-    )
-    max_queue_delay_ms: float = Field(default=0.0, ge=0, le=10_000, description="longest wait for a batch to fill")
-    max_queue_size: int = Field(default=64, ge=1, le=100_000, description="requests waiting; more are refused (503)")
-    timeout_ms: float = Field(default=10_000.0, gt=0, description="a request still queued after this is refused")
-    batch_when: Literal["faster", "always"] = Field(
-        default="faster",
-        description="faster: join requests into batches only where a measurement on this box shows batches beat "
-        "single requests in flight (measured once, then remembered); always: wherever the model allows",
-    )
-
-
-class ServedModelConfig(ModelConfig):
-    name: str = Field(description="the name requests use: /v2/models/<name>/infer", examples=["faces"])
-    batching: BatchingSettings = Field(
-        default_factory=BatchingSettings, description="how requests for this model are queued and joined into batches"
-    )
-
-    @field_validator("name")
-    @classmethod
-    def _url_and_topic_safe(cls, name: str) -> str:
-        check_topic_name(name)
-        if not all(c.isalnum() or c in "._-" for c in name):
-            raise ValueError(f"{name!r}: use letters, digits, '.', '_' and '-' only")
-        return name
-
-
-# A bearer token is the only key to an endpoint off loopback, and it can be tried as fast as the endpoint answers.
-# 16 characters is the least a generated token has (`openssl rand -hex 8`, 64 bits, already beyond guessing at
-# any rate an HTTP endpoint sustains; `openssl rand -hex 16` gives 32); anything shorter is a word someone chose.
-MIN_TOKEN_LENGTH = 16
-
-
-class HttpSettings(StrictModel):
-    enabled: bool = Field(default=True, description="false answers requests over MQTT only")
-    host: str = Field(default="127.0.0.1", min_length=1, description="address to listen on; loopback by default")
-    port: int = Field(default=8000, ge=0, lt=65536, description="TCP port; 0 lets the system choose a free one")
-    token: SecretStr | None = Field(
-        default=None, description="bearer token requests must carry (e.g. !credential serve-token); needed off loopback"
-    )
-    tls_cert_file: Path | None = Field(default=None, description="serve HTTPS with this certificate chain (PEM)")
-    tls_key_file: Path | None = Field(default=None, description="the certificate's private key (PEM)")
-    max_body_bytes: int = Field(default=16 << 20, ge=1024, description="larger requests are refused (413)")
-    max_bytes_in_flight: int = Field(
-        default=128 << 20,
-        ge=1024,
-        description="request bodies held at once, counted from their headers; a request past it is refused "
-        "(503, Retry-After) before its body is read",
-    )
-    read_timeout_s: float = Field(default=10.0, gt=0, description="a body slower than this is dropped (408)")
-    header_timeout_s: float = Field(
-        default=10.0, gt=0, description="a connection that has not sent its request headers by then is closed"
-    )
-    max_connections: int = Field(
-        default=512,
-        ge=1,
-        description="connections held at once; past it a new one pushes out the oldest still waiting for its "
-        "headers (keep it under the process's descriptor limit, LimitNOFILE in the unit)",
-    )
-
-    @field_validator("token")
-    @classmethod
-    def _token_worth_its_name(cls, token: SecretStr | None) -> SecretStr | None:
-        """An empty token made `Authorization: Bearer` with no value a key to every route; a short one is guessed."""
-        if token is None:
-            return None
-        value = token.get_secret_value()
-        if not value:
-            raise ValueError(
-                "is empty, which would let anyone in; give a generated token (openssl rand -hex 16), "
-                "or leave token out to serve on loopback only"
-            )
-        if value != value.strip():
-            raise ValueError("begins or ends with whitespace, which no Authorization header carries")
-        if len(value) < MIN_TOKEN_LENGTH:
-            raise ValueError(
-                f"has {len(value)} characters, fewer than the {MIN_TOKEN_LENGTH} a token needs not to be guessed; "
-                "give a generated one (openssl rand -hex 16)"
-            )
-        return token
-
-    @model_validator(mode="after")
-    def _token_off_loopback(self) -> HttpSettings:
-        if self.enabled and self.token is None and not _is_loopback(self.host):
-            raise ValueError(
-                f"serving on {self.host}, off loopback, needs a token (token: !credential serve-token); "
-                "or serve on 127.0.0.1 behind a reverse proxy that authenticates"
-            )
-        if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ValueError("tls_cert_file and tls_key_file go together")
-        if self.max_bytes_in_flight < self.max_body_bytes:
-            raise ValueError(
-                f"max_bytes_in_flight ({self.max_bytes_in_flight}) is below max_body_bytes ({self.max_body_bytes}): "
-                "the largest body allowed could never be taken"
-            )
-        return self
-
-
-class ServeSettings(StrictModel):
-    http: HttpSettings = Field(
-        default_factory=HttpSettings, description="the Open Inference Protocol endpoint (KServe v2) over HTTP"
-    )
-    mqtt: bool = Field(default=True, description="also answer requests on <prefix>/<device_id>/infer/<model>")
-    models: tuple[ServedModelConfig, ...] = Field(min_length=1, description="the models requests may name")
-    share_group: str | None = Field(
-        default=None,
-        description="also take the fleet's requests, shared among the boxes of this group: "
-        "$share/<group>/<prefix>/fleet/infer/<model>",
-    )
-    max_image_pixels: int = Field(
-        default=DEFAULT_MAX_IMAGE_PIXELS,
-        ge=1,
-        description="an image request whose header declares more pixels is refused (413) before it is decoded",
-    )
-
-    @field_validator("share_group")
-    @classmethod
-    def _share_name(cls, group: str | None) -> str | None:
-        """MQTT forbids / + # in a share name; '$' anywhere would make `$share/<group>/...` ambiguous to read."""
-        if group is None:
-            return None
-        check_topic_name(group)
-        if "$" in group:
-            raise ValueError(f"{group!r} cannot be a share group: it contains '$'")
-        return group
-
-    @model_validator(mode="after")
-    def _fleet_over_mqtt(self) -> ServeSettings:
-        if self.share_group is not None and not self.mqtt:
-            raise ValueError("share_group takes the fleet's requests over MQTT, but mqtt is false")
-        return self
-
-    @field_validator("models")
-    @classmethod
-    def _named_uniquely(cls, models: tuple[ServedModelConfig, ...]) -> tuple[ServedModelConfig, ...]:
-        seen: dict[str, int] = {}
-        for index, model in enumerate(models):
-            if model.name in seen:
-                raise ValueError(f"model name {model.name!r} is used by models[{seen[model.name]}] and models[{index}]")
-            seen[model.name] = index
-        return models
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]

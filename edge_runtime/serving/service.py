@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edge_runtime.config.schema import ServedModelConfig, ServeSettings
+from edge_runtime.config.serving import ServedModelConfig, ServeSettings
 from edge_runtime.errors import ConfigError
 from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.topics import Topics

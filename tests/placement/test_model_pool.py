@@ -63,7 +63,7 @@ def test_backends_without_a_hint_share_the_model_whatever_the_pace(face_package_
 
 
 def test_a_served_model_joins_the_model_a_camera_pipeline_loaded(face_package_dir: Path, tmp_path: Path) -> None:
-    from edge_runtime.config.schema import ServedModelConfig
+    from edge_runtime.config.serving import ServedModelConfig
 
     pool = ModelPool(look_at_box(), tmp_path / "state", tmp_path / "cache")
     camera = pool.acquire("door", ModelConfig(path=face_package_dir, backend="openvino"), Path("config.yaml"))

@@ -272,7 +272,7 @@ def test_a_package_only_served_rolls_out_and_back_on_failed_requests(face_packag
     """No pipeline runs it: the new release is judged on its fidelity, then on the requests it answers."""
     import http.client
 
-    from edge_runtime.config.schema import ServeSettings
+    from edge_runtime.config.serving import ServeSettings
     from edge_runtime.serving.service import Serving
 
     private, public = generate_keys("ops", tmp_path / "keys")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_runtime.config.schema import HttpSettings
+from edge_runtime.config.serving import HttpSettings
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "edge-runtime.service"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from model_builders import build_tiny_classifier_onnx
 
-from edge_runtime.config.schema import ServeSettings
+from edge_runtime.config.serving import ServeSettings
 from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.manifest import InputSpec, ModelFormat, Precision, Task

@@ -412,7 +412,7 @@ def test_a_token_guards_everything_but_health(start_serving: StartServing, batch
 def test_off_loopback_a_token_is_required() -> None:
     from pydantic import ValidationError
 
-    from edge_runtime.config.schema import HttpSettings
+    from edge_runtime.config.serving import HttpSettings
 
     with pytest.raises(ValidationError, match="off loopback, needs a token"):
         HttpSettings(host="0.0.0.0")
@@ -430,7 +430,7 @@ def test_off_loopback_a_token_is_required() -> None:
 def test_an_empty_or_short_token_is_refused_by_the_settings(token: str, refusal: str) -> None:
     from pydantic import ValidationError
 
-    from edge_runtime.config.schema import HttpSettings
+    from edge_runtime.config.serving import HttpSettings
 
     with pytest.raises(ValidationError, match=refusal) as refused:
         HttpSettings.model_validate({"host": "0.0.0.0", "token": token})
@@ -445,7 +445,7 @@ def test_a_bearer_with_no_value_is_refused_even_where_an_empty_token_slipped_thr
     `Authorization: Bearer` with nothing after it a key: every route but health answers 401."""
     from pydantic import SecretStr
 
-    from edge_runtime.config.schema import ServeSettings
+    from edge_runtime.config.serving import ServeSettings
     from edge_runtime.placement.model_pool import ModelPool
 
     checked = ServeSettings.model_validate(
