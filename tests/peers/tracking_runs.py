@@ -17,17 +17,12 @@ Frigate does for its labels, so that a person and a car never share an id.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import supervision as sv
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "tracking"))  # the scenes and metrics of tests/tracking
-
 from synthetic_scenes import HEIGHT, WIDTH, Box, SceneSettings, scene
 from trackers import ByteTrackTracker
 from trackers.eval import (
