@@ -14,14 +14,11 @@ every rate, on the tuning seeds and on the acceptance seeds.
 
 Quality. Both trackers run on scenes from `synthetic_scenes` at 5, 10 and 30 fps (`tracking_runs` says how
 each is fed and scored). edge_runtime runs with its defaults. `ByteTrackTracker` runs with `frame_rate`
-set, capture times as timestamps, one tracker per label, and the rest chosen per frame rate as its
-engineers would tune it: on the tuning seeds 0-9 only, the setting with the highest IDF1 among its
-defaults and the values matching edge_runtime's (`high_conf_det_threshold` 0.6 or 0.5 = `scores.high`,
-`track_activation_threshold` 0.7 or 0.6 = `scores.new_track`, `lost_track_buffer` 30 or 150 frames of 30 fps
-= 1 s or `lost_after_s` 5 s, `minimum_consecutive_frames` 2 = `confirm_hits` or 3), with
-`minimum_iou_threshold` 0.05-0.4 (its default 0.1; edge_runtime's `match.iou` is 0.3 on overlap × score).
-Ties went to its defaults. On seeds 0-9 that gave IDF1 0.900 (5 fps), 0.926 (10), 0.916 (30) against
-edge_runtime's 0.932, 0.947, 0.954; identity switches 18, 5, 7 against 2, 1, 1.
+set, capture times as timestamps, one tracker per label (on the tuning seeds never worse than one for
+all), and its thresholds chosen per frame rate as its engineers would tune them: on the tuning seeds 0-9
+only, the highest IDF1 among its defaults and edge_runtime's matching values (`tracking_runs.search`;
+`bench/tracking_quality.py --tune` runs it again). That gave IDF1 0.900 (5 fps), 0.926 (10), 0.916 (30)
+against edge_runtime's 0.932, 0.947, 0.954, and identity switches 18, 5, 7 against 2, 1, 1.
 
 The acceptance seeds 200-239 had been run by neither tracker before these goals were written down:
 at 5 fps edge_runtime makes fewer identity switches and reaches an IDF1 at least `BETTER_IDF1` higher;
@@ -37,41 +34,16 @@ at 10 and 30 fps it makes no more switches and its IDF1 is no lower; at every ra
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 from mot_metrics import MotResult, evaluate
-from tracking_runs import ByteTrackSettings, Frames, bytetrack, ours, trackeval_metrics
+from tracking_runs import ACCEPTANCE, FRAME_RATES, Frames, acceptance_runs, totals, trackeval_metrics
 
-ACCEPTANCE = range(200, 240)
-BYTETRACK = {
-    5: ByteTrackSettings(per_label=True, minimum_iou_threshold=0.05),
-    10: ByteTrackSettings(
-        per_label=True, lost_track_buffer=150, minimum_iou_threshold=0.3, minimum_consecutive_frames=3
-    ),
-    30: ByteTrackSettings(per_label=True, minimum_iou_threshold=0.3, minimum_consecutive_frames=3),
-}
 BETTER_IDF1 = 0.01
 MOTA_MARGIN = 0.01
 
 A = (0.0, 0.0, 10.0, 10.0)
 NEAR_A = (2.5, 0.0, 12.5, 10.0)  # IoU with A: 0.6
 B = (100.0, 0.0, 110.0, 10.0)
-
-
-@functools.cache
-def runs(fps: int, side: str) -> tuple[Frames, ...]:
-    if side == "edge_runtime":
-        return tuple(ours(seed, fps) for seed in ACCEPTANCE)
-    return tuple(bytetrack(seed, fps, BYTETRACK[fps]) for seed in ACCEPTANCE)
-
-
-def totals(sequences: tuple[Frames, ...]) -> MotResult:
-    summed: dict[str, int] = {}
-    for frames in sequences:
-        for name, value in vars(evaluate(frames)).items():
-            summed[name] = summed.get(name, 0) + value
-    return MotResult(**summed)
 
 
 def summary(result: MotResult) -> str:
@@ -82,9 +54,9 @@ def summary(result: MotResult) -> str:
 
 
 @pytest.mark.parametrize("side", ["edge_runtime", "bytetrack"])
-@pytest.mark.parametrize("fps", sorted(BYTETRACK))
+@pytest.mark.parametrize("fps", FRAME_RATES)
 def test_the_metrics_count_what_trackers_eval_counts_on_every_sequence(fps: int, side: str) -> None:
-    for seed, frames in zip(ACCEPTANCE, runs(fps, side), strict=True):
+    for seed, frames in zip(ACCEPTANCE, acceptance_runs(fps, side), strict=True):
         ours_counted, theirs = evaluate(frames), trackeval_metrics([frames])
         counted = (
             ours_counted.matches,
@@ -112,15 +84,15 @@ def test_the_metrics_part_only_where_clear_keeps_a_pairing_across_a_gap() -> Non
     assert evaluate(without_gap).id_switches == trackeval_metrics([without_gap])["IDSW"] == 0
 
 
-@pytest.mark.parametrize("fps", sorted(BYTETRACK))
+@pytest.mark.parametrize("fps", FRAME_RATES)
 def test_bytetrack_tracks_the_scenes(fps: int) -> None:
     """The comparison means something only if `ByteTrackTracker` was fed right: it must follow the objects."""
-    theirs = totals(runs(fps, "bytetrack"))
+    theirs = totals(acceptance_runs(fps, "bytetrack"))
     assert theirs.mota > 0.75 and theirs.idf1 > 0.8, summary(theirs)
 
 
 def test_at_5_fps_edge_runtime_keeps_ids_better_than_bytetrack() -> None:
-    mine, theirs = totals(runs(5, "edge_runtime")), totals(runs(5, "bytetrack"))
+    mine, theirs = totals(acceptance_runs(5, "edge_runtime")), totals(acceptance_runs(5, "bytetrack"))
     message = f"edge_runtime: {summary(mine)}; ByteTrack: {summary(theirs)}"
     assert mine.id_switches < theirs.id_switches, message
     assert mine.idf1 >= theirs.idf1 + BETTER_IDF1, message
@@ -128,13 +100,13 @@ def test_at_5_fps_edge_runtime_keeps_ids_better_than_bytetrack() -> None:
 
 @pytest.mark.parametrize("fps", [10, 30])
 def test_at_10_and_30_fps_edge_runtime_keeps_ids_no_worse_than_bytetrack(fps: int) -> None:
-    mine, theirs = totals(runs(fps, "edge_runtime")), totals(runs(fps, "bytetrack"))
+    mine, theirs = totals(acceptance_runs(fps, "edge_runtime")), totals(acceptance_runs(fps, "bytetrack"))
     message = f"edge_runtime: {summary(mine)}; ByteTrack: {summary(theirs)}"
     assert mine.id_switches <= theirs.id_switches, message
     assert mine.idf1 >= theirs.idf1, message
 
 
-@pytest.mark.parametrize("fps", sorted(BYTETRACK))
+@pytest.mark.parametrize("fps", FRAME_RATES)
 def test_edge_runtime_mota_is_not_below_bytetrack_beyond_the_margin(fps: int) -> None:
-    mine, theirs = totals(runs(fps, "edge_runtime")), totals(runs(fps, "bytetrack"))
+    mine, theirs = totals(acceptance_runs(fps, "edge_runtime")), totals(acceptance_runs(fps, "bytetrack"))
     assert mine.mota >= theirs.mota - MOTA_MARGIN, f"edge_runtime: {summary(mine)}; ByteTrack: {summary(theirs)}"

@@ -9,20 +9,23 @@ detection's own box, so the two are scored on the same footing.
 How `ByteTrackTracker` is run, as its documentation asks for a camera: `frame_rate` set to the scene's
 rate, and every frame's capture time passed as `timestamp` (its variable-rate mode, where tracks are
 predicted over the real interval and a lost track expires after `lost_track_buffer / 30` seconds).
-Detections scoring below 0.1 are left out, as ByteTrack's reference code does before its second stage
-(`trackers` itself takes every detection below `high_conf_det_threshold` there) and as the project's
-`scores.low` does. `ByteTrackTracker` ignores labels; `per_label` runs one tracker per label instead, as
+Detections scoring 0.1 or less are left out, as ByteTrack's reference code does before its second stage
+(`trackers` itself takes every detection below `high_conf_det_threshold` there); the project's
+`scores.low` is 0.1 too. `ByteTrackTracker` ignores labels; `per_label` runs one tracker per label instead, as
 Frigate does for its labels, so that a person and a car never share an id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import itertools
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import supervision as sv
+from mot_metrics import MotResult, evaluate
 from synthetic_scenes import HEIGHT, WIDTH, Box, SceneSettings, scene
 from trackers import ByteTrackTracker
 from trackers.eval import (
@@ -36,6 +39,9 @@ from trackers.eval import (
 from edge_runtime.tracking import TrackConfig, Tracker
 
 LOWEST_SCORE = 0.1  # ByteTrack's reference code drops detections at or below it; edge_runtime's scores.low
+FRAME_RATES = (5, 10, 30)
+TUNING = range(10)  # the seeds edge_runtime's tracker was tuned on, and ByteTrack's settings chosen on
+ACCEPTANCE = range(200, 240)  # run by neither tracker before the goals of test_tracking_peers were written
 
 Frames = list[tuple[dict[int, Box], dict[str, Box]]]
 
@@ -55,6 +61,52 @@ class ByteTrackSettings:
         arguments = asdict(self)
         del arguments["per_label"]
         return arguments
+
+
+# What `search()` chose on the tuning seeds: the highest IDF1, ties going to ByteTrack's defaults.
+BYTETRACK_TUNED = {
+    5: ByteTrackSettings(per_label=True, minimum_iou_threshold=0.05),
+    10: ByteTrackSettings(
+        per_label=True, lost_track_buffer=150, minimum_iou_threshold=0.3, minimum_consecutive_frames=3
+    ),
+    30: ByteTrackSettings(per_label=True, minimum_iou_threshold=0.3, minimum_consecutive_frames=3),
+}
+BYTETRACK_DEFAULTS = ByteTrackSettings(per_label=True)
+
+
+def search() -> Iterator[ByteTrackSettings]:
+    """The settings tried on the tuning seeds: ByteTrack's defaults and edge_runtime's matching values for
+    the score thresholds (0.6/0.7 or `scores.high`/`scores.new_track` 0.5/0.6), the lost-track buffer (30
+    frames of 30 fps = 1 s, or 150 = `lost_after_s` 5 s) and confirmation (2 frames = `confirm_hits`, or
+    3), with the overlap threshold from 0.05 to 0.4 (its default 0.1); defaults first."""
+    for lost, (high, activation), iou, frames in itertools.product(
+        (30, 150), ((0.6, 0.7), (0.5, 0.6)), (0.1, 0.05, 0.2, 0.3, 0.4), (2, 3)
+    ):
+        yield ByteTrackSettings(
+            per_label=True,
+            lost_track_buffer=lost,
+            high_conf_det_threshold=high,
+            track_activation_threshold=activation,
+            minimum_iou_threshold=iou,
+            minimum_consecutive_frames=frames,
+        )
+
+
+@functools.cache
+def acceptance_runs(fps: int, side: str) -> tuple[Frames, ...]:
+    """Every acceptance scene at `fps` through "edge_runtime" or "bytetrack" (as tuned for the rate)."""
+    if side == "edge_runtime":
+        return tuple(ours(seed, fps) for seed in ACCEPTANCE)
+    return tuple(bytetrack(seed, fps, BYTETRACK_TUNED[fps]) for seed in ACCEPTANCE)
+
+
+def totals(sequences: tuple[Frames, ...] | list[Frames]) -> MotResult:
+    """`mot_metrics` over several sequences: each scored alone, the counts summed."""
+    summed: dict[str, int] = {}
+    for frames in sequences:
+        for name, value in vars(evaluate(frames)).items():
+            summed[name] = summed.get(name, 0) + value
+    return MotResult(**summed)
 
 
 def ours(seed: int, fps: float, config: TrackConfig | None = None) -> Frames:
