@@ -158,29 +158,37 @@ def peer_update_times_ms(
         for index in range(WARM_UP):
             trackers[objects].update(sequences[objects][index], index / FPS, (WIDTH, HEIGHT))
             peers[objects].update(peer_sequences[objects][index], timestamp=index / FPS)
+
+    def time_ours(objects: int, indices: range) -> tuple[float, int]:
+        times, update = [], None
+        for index in indices:
+            start = time.perf_counter()
+            update = trackers[objects].update(sequences[objects][index], index / FPS, (WIDTH, HEIGHT))
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1000, len(update.objects) if update else 0
+
+    def time_theirs(objects: int, indices: range) -> tuple[float, int]:
+        times, result = [], None
+        for index in indices:
+            start = time.perf_counter()
+            result = peers[objects].update(peer_sequences[objects][index], timestamp=index / FPS)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1000, int((result.tracker_id >= 0).sum()) if result else 0
+
     ours: dict[int, list[float]] = {objects: [] for objects in sizes}
     theirs: dict[int, list[float]] = {objects: [] for objects in sizes}
     reported = dict.fromkeys(sizes, (0, 0))
     for round_number in range(rounds):
+        indices = range(WARM_UP + round_number * frames, WARM_UP + (round_number + 1) * frames)
         for objects in sizes:
-            first = range(WARM_UP + round_number * frames, WARM_UP + (round_number + 1) * frames)
-            our_times: list[float] = []
-            their_times: list[float] = []
-            our_count = their_count = 0
-            for side in ("ours", "theirs") if round_number % 2 == 0 else ("theirs", "ours"):
-                for index in first:
-                    if side == "ours":
-                        start = time.perf_counter()
-                        update = trackers[objects].update(sequences[objects][index], index / FPS, (WIDTH, HEIGHT))
-                        our_times.append(time.perf_counter() - start)
-                        our_count = len(update.objects)
-                    else:
-                        start = time.perf_counter()
-                        result = peers[objects].update(peer_sequences[objects][index], timestamp=index / FPS)
-                        their_times.append(time.perf_counter() - start)
-                        their_count = int((result.tracker_id >= 0).sum())
-            ours[objects].append(statistics.median(our_times) * 1000)
-            theirs[objects].append(statistics.median(their_times) * 1000)
+            if round_number % 2 == 0:
+                our_ms, our_count = time_ours(objects, indices)
+                their_ms, their_count = time_theirs(objects, indices)
+            else:
+                their_ms, their_count = time_theirs(objects, indices)
+                our_ms, our_count = time_ours(objects, indices)
+            ours[objects].append(our_ms)
+            theirs[objects].append(their_ms)
             reported[objects] = (our_count, their_count)
     return {objects: (ours[objects], theirs[objects], reported[objects]) for objects in sizes}
 
