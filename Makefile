@@ -15,12 +15,17 @@ SYSTEM_PACKAGES := mosquitto rabbitmq-server nats-server ffmpeg systemd openssl 
 # make test-peers checks edge_runtime against Ultralytics' own predict in a separate environment, since Ultralytics
 # needs torchvision, which does not install beside the main one's torch: PyTorch with torchvision, Ultralytics (pinned,
 # so its exports and predict stay the ones checked), everything its ONNX and OpenVINO exporters would otherwise install
-# at run time, and the runtime with those two backends (about 6.5 GB).
+# at run time, and the runtime with those two backends (about 6.5 GB); and roboflow's `trackers` (pinned), whose
+# ByteTrack and TrackEval-derived metrics the tracker is compared with.
+# Ultralytics and `trackers` both require opencv-python, the desktop build, beside the runtime's
+# opencv-python-headless: both write the same cv2 folder, so whichever pip writes last is the cv2 imported, and the
+# desktop one needs the system's libGL. The headless wheel is written again last, so that this environment imports
+# the cv2 the runtime declares, on a machine without a desktop too.
 PEERS_VENV  := .venv-peers
 PEERS_BIN   := $(PEERS_VENV)/bin
 PEERS_STAMP := $(PEERS_VENV)/.installed-stamp
 PEERS_PACKAGES := torch==2.14.1 torchvision==0.29.1 ultralytics==8.4.190 'onnx>=1.12,<2' 'onnxslim>=0.1.82' \
-	pytest pytest-timeout scikit-image
+	pytest pytest-timeout scikit-image trackers==2.6.1
 
 .PHONY: demo test test-peers lint typecheck unit docs bench reference clean
 
@@ -73,6 +78,8 @@ $(PEERS_BIN)/python:
 
 $(PEERS_STAMP): pyproject.toml Makefile | $(PEERS_BIN)/python
 	$(PEERS_BIN)/python -m pip install --quiet -e '.[openvino,onnx]' $(PEERS_PACKAGES)
+	$(PEERS_BIN)/python -m pip install --quiet --force-reinstall --no-deps "opencv-python-headless==$$($(PEERS_BIN)/python \
+		-c 'from importlib.metadata import version; print(version("opencv-python-headless"))')"
 	@touch $@
 
 test-peers: SHELL := /bin/bash

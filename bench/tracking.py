@@ -13,12 +13,21 @@ answers for the 20-object scene (computed beforehand, so the tracker is not time
 a fifth to a half of the frame long), every zone and line taking every label. Rounds and medians as
 above. Goal: zones, lines and events together at most 0.3 ms per frame; the figure is zones and lines.
 
+Against roboflow's `ByteTrackTracker` (`--peers`): the same detections at 20 and 100 objects go through
+both trackers in the same run, each round timing `--frames` updates of ours and then the same frames
+through `ByteTrackTracker`, the side that goes first alternating round by round. `ByteTrackTracker` is set
+up as for a camera: `frame_rate` 10 and each frame's capture time as `timestamp`, one tracker for both
+labels (one per label would cost a second call per frame), its thresholds at their defaults; its input,
+`supervision.Detections`, is built for every frame beforehand, as ours is, so neither side's timer counts
+building it. Goal: ours at least 5 times faster. Only the peers environment has `trackers`:
+`.venv-peers/bin/python bench/tracking.py --peers`.
+
 Import: `import edge_runtime.tracking` in fresh interpreters that have already imported what the daemon
 always has (numpy, pydantic, the config base), so the figures are what tracking adds: wall time and
 resident memory (VmRSS) before and after, medians over `--imports` interpreters. Goals: at most 50 ms
 and 10 MB, and none of scipy, PIL, matplotlib loaded. The same from a bare interpreter is shown too.
 
-    python bench/tracking.py [--rounds 9] [--frames 200] [--imports 7]
+    python bench/tracking.py [--rounds 9] [--frames 200] [--imports 7] [--peers]
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from importlib.metadata import version  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -51,6 +61,12 @@ IMPORT_GOALS = (50.0, 10.0)  # ms, MB
 PLACES = (20, 10, 10)  # objects, zones, lines
 PLACES_GOAL_MS = 0.3  # zones, lines and events together
 HEAVY = ("scipy", "PIL", "matplotlib", "cv2", "torch")
+PEER_GOAL = 5.0  # ByteTrackTracker's update time over ours, at least
+PEERS_MISSING = (
+    "--peers times roboflow's ByteTrackTracker, from the `trackers` package, which this environment lacks ({error}).\n"
+    "It is installed in the peers environment only: make .venv-peers/.installed-stamp, then\n"
+    "    .venv-peers/bin/python bench/tracking.py --peers"
+)
 
 IMPORT_PROBE = """
 import json, sys, time
@@ -117,6 +133,89 @@ def update_times_ms(sizes: list[int], rounds: int, frames: int) -> dict[int, tup
                 reported[objects] = len(update.objects)
             medians[objects].append(statistics.median(times) * 1000)
     return {objects: (medians[objects], reported[objects]) for objects in sizes}
+
+
+def peer_update_times_ms(
+    sizes: list[int], rounds: int, frames: int
+) -> dict[int, tuple[list[float], list[float], tuple[int, int]]]:
+    """Per size, each round's median update time for ours and for `ByteTrackTracker` on the same frames, and
+    the objects each reported in the last frame. Within a round ours goes first on even rounds and
+    `ByteTrackTracker` on odd ones, and the sizes take turns, so a busy spell of the machine falls on both."""
+    import supervision as sv
+    from trackers import ByteTrackTracker
+
+    def as_supervision(detections: list[Detection]) -> sv.Detections:
+        return sv.Detections(
+            xyxy=np.array([d.box for d in detections], dtype=np.float64).reshape(-1, 4),
+            confidence=np.array([d.score for d in detections], dtype=np.float64),
+        )
+
+    sequences = {objects: frames_of(objects, WARM_UP + rounds * frames) for objects in sizes}
+    peer_sequences = {objects: [as_supervision(frame) for frame in sequences[objects]] for objects in sizes}
+    trackers = {objects: Tracker(TrackConfig()) for objects in sizes}
+    peers = {objects: ByteTrackTracker(frame_rate=FPS) for objects in sizes}
+    for objects in sizes:
+        for index in range(WARM_UP):
+            trackers[objects].update(sequences[objects][index], index / FPS, (WIDTH, HEIGHT))
+            peers[objects].update(peer_sequences[objects][index], timestamp=index / FPS)
+
+    def time_ours(objects: int, indices: range) -> tuple[float, int]:
+        times, update = [], None
+        for index in indices:
+            start = time.perf_counter()
+            update = trackers[objects].update(sequences[objects][index], index / FPS, (WIDTH, HEIGHT))
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1000, len(update.objects) if update else 0
+
+    def time_theirs(objects: int, indices: range) -> tuple[float, int]:
+        times, result = [], None
+        for index in indices:
+            start = time.perf_counter()
+            result = peers[objects].update(peer_sequences[objects][index], timestamp=index / FPS)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1000, int((result.tracker_id >= 0).sum()) if result else 0
+
+    ours: dict[int, list[float]] = {objects: [] for objects in sizes}
+    theirs: dict[int, list[float]] = {objects: [] for objects in sizes}
+    reported = dict.fromkeys(sizes, (0, 0))
+    for round_number in range(rounds):
+        indices = range(WARM_UP + round_number * frames, WARM_UP + (round_number + 1) * frames)
+        for objects in sizes:
+            if round_number % 2 == 0:
+                our_ms, our_count = time_ours(objects, indices)
+                their_ms, their_count = time_theirs(objects, indices)
+            else:
+                their_ms, their_count = time_theirs(objects, indices)
+                our_ms, our_count = time_ours(objects, indices)
+            ours[objects].append(our_ms)
+            theirs[objects].append(their_ms)
+            reported[objects] = (our_count, their_count)
+    return {objects: (ours[objects], theirs[objects], reported[objects]) for objects in sizes}
+
+
+def require_trackers() -> str:
+    """The installed `trackers` version; exits saying where to find it when this environment lacks it."""
+    try:
+        import trackers  # noqa: F401
+    except ImportError as error:
+        raise SystemExit(PEERS_MISSING.format(error=error)) from None
+    return version("trackers")
+
+
+def print_peer_comparison(rounds: int, frames: int) -> None:
+    load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    print(f"\nagainst roboflow trackers {require_trackers()} ByteTrackTracker (load average before: {load})")
+    print("| objects | reported: ours / ByteTrack | ours ms | ByteTrack ms | ByteTrack / ours | rounds' ratios |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for objects, (ours, theirs, reported) in peer_update_times_ms(sorted(GOALS_MS), rounds, frames).items():
+        ratios = [their / our for our, their in zip(ours, theirs, strict=True)]
+        print(
+            f"| {objects} | {reported[0]} / {reported[1]} | {statistics.median(ours):.3f} | "
+            f"{statistics.median(theirs):.3f} | {statistics.median(ratios):.1f}× | "
+            f"{min(ratios):.1f}–{max(ratios):.1f} |"
+        )
+    load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    print(f"goal: ours at least {PEER_GOAL:g}× faster; ratio: median of the rounds' ratios; load average after: {load}")
 
 
 def random_zones(count: int, rng: np.random.Generator) -> dict[str, ZoneConfig]:
@@ -201,8 +300,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--frames", type=int, default=200)
     parser.add_argument("--imports", type=int, default=7)
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="also time roboflow's ByteTrackTracker beside ours; needs `trackers`, in the peers environment only",
+    )
     args = parser.parse_args()
-    print(f"command: python bench/tracking.py --rounds {args.rounds} --frames {args.frames} --imports {args.imports}")
+    if args.peers:
+        require_trackers()
+    peers = " --peers" if args.peers else ""
+    command = f"python bench/tracking.py --rounds {args.rounds} --frames {args.frames} --imports {args.imports}{peers}"
+    print(f"command: {command}")
     print(f"{WIDTH}×{HEIGHT} at {FPS:g} fps, one thread; median of {args.rounds} rounds × {args.frames} updates\n")
     print("| objects | objects reported | update ms (median of rounds) | rounds min–max ms | goal ms |")
     print("|---:|---:|---:|---:|---:|")
@@ -211,6 +319,8 @@ def main() -> None:
             f"| {objects} | {reported} | {statistics.median(medians):.3f} | "
             f"{min(medians):.3f}–{max(medians):.3f} | ≤ {GOALS_MS[objects]} |"
         )
+    if args.peers:
+        print_peer_comparison(args.rounds, args.frames)
     medians, present, entries, crossings = place_times_ms(args.rounds, args.frames)
     objects, zone_count, line_count = PLACES
     print(

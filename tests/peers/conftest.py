@@ -1,10 +1,10 @@
 """Peer tests: edge_runtime against other projects' own code, in their own environment (`make test-peers`).
 
-They need packages the main suite's environment does not have (Ultralytics, with PyTorch and torchvision),
-so `make test-peers` runs them from `.venv-peers`, and `make test` leaves this folder out
-(`tests/conftest.py`). Ultralytics runs offline here: no checks for updates, no automatic pip installs
-(everything its exporters want is installed beforehand), no fonts fetched, and its settings kept in a
-temporary folder instead of the user's.
+They need packages the main suite's environment does not have (Ultralytics, with PyTorch and torchvision;
+roboflow's `trackers`), so `make test-peers` runs them from `.venv-peers`, and `make test` leaves this folder
+out (`tests/conftest.py`). The tracking peers reuse the scenes and metrics of tests/tracking. Ultralytics
+runs offline here: no checks for updates, no automatic pip installs (everything its exporters want is
+installed beforehand), no fonts fetched, and its settings kept in a temporary folder instead of the user's.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from types import ModuleType
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "tracking"))
 
 from shapes import IMGSZ, write_dataset
 
