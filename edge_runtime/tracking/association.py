@@ -60,7 +60,7 @@ def iou_matrix(first: Array, second: Array) -> Array:
     first_area = (first[:, 2] - first[:, 0]) * (first[:, 3] - first[:, 1])
     second_area = (second[:, 2] - second[:, 0]) * (second[:, 3] - second[:, 1])
     union = first_area[:, None] + second_area[None, :] - intersection
-    return np.asarray(np.divide(intersection, union, out=np.zeros_like(intersection), where=union > 0))
+    return np.asarray(np.divide(intersection, union, out=np.zeros(intersection.shape), where=union > 0))
 
 
 def paired_iou(first: Array, second: Array) -> Array:
@@ -71,7 +71,7 @@ def paired_iou(first: Array, second: Array) -> Array:
     first_area = (first[:, 2] - first[:, 0]) * (first[:, 3] - first[:, 1])
     second_area = (second[:, 2] - second[:, 0]) * (second[:, 3] - second[:, 1])
     union = first_area + second_area - intersection
-    return np.asarray(np.divide(intersection, union, out=np.zeros_like(intersection), where=union > 0))
+    return np.asarray(np.divide(intersection, union, out=np.zeros(intersection.shape), where=union > 0))
 
 
 def relative_distance_matrix(estimates: Array, detections: Array) -> Array:
@@ -116,7 +116,7 @@ def assign(cost: Array, limit: float) -> Assignment:
     contested_rows[rows] = False
     contested_columns = column_candidates > 0
     contested_columns[columns] = False
-    if contested_rows.any() and contested_columns.any():
+    if np.count_nonzero(contested_rows) and np.count_nonzero(contested_columns):
         row_indices, column_indices = contested_rows.nonzero()[0], contested_columns.nonzero()[0]
         contested = cost[np.ix_(row_indices, column_indices)]
         _, row_to_column, _ = lap.lapjv(contested, extend_cost=True, cost_limit=limit)

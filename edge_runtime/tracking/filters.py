@@ -63,7 +63,7 @@ class DetectionFilter:
         if self.config.labels:
             tracked = self._tracked
             admitted &= np.fromiter((label in tracked for label in labels), bool, len(labels))
-        if not admitted.any():
+        if not np.count_nonzero(admitted):
             return admitted
         if self._masks:
             feet = np.stack([(boxes[:, 0] + boxes[:, 2]) / (2 * width), boxes[:, 3] / height], axis=1)

@@ -143,7 +143,8 @@ class ConstantVelocityFilter:
 def _scale(states: Array) -> Array:
     """Per coordinate (cx, cy, w, h), the size that a detector's error scales with: width for x and w,
     height for y and h."""
-    return np.tile(np.maximum(states[:, 2:4], MIN_SIZE_PX), 2)
+    sizes = np.maximum(states[:, 2:4], MIN_SIZE_PX)
+    return np.concatenate([sizes, sizes], axis=1)
 
 
 def _motion_scale(states: Array) -> Array:
