@@ -65,12 +65,12 @@ def iou_matrix(first: Array, second: Array) -> Array:
 
 def paired_iou(first: Array, second: Array) -> Array:
     """Intersection over union of first[i] with second[i], for each i (both N×4): N values."""
-    width = np.minimum(first[:, 2], second[:, 2]) - np.maximum(first[:, 0], second[:, 0])
-    height = np.minimum(first[:, 3], second[:, 3]) - np.maximum(first[:, 1], second[:, 1])
-    intersection = np.maximum(width, 0.0) * np.maximum(height, 0.0)
-    first_area = (first[:, 2] - first[:, 0]) * (first[:, 3] - first[:, 1])
-    second_area = (second[:, 2] - second[:, 0]) * (second[:, 3] - second[:, 1])
-    union = first_area + second_area - intersection
+    # x and y together, as (N, 2) arrays: the same arithmetic as coordinate by coordinate, in half the calls.
+    first_sizes = first[:, 2:4] - first[:, 0:2]
+    second_sizes = second[:, 2:4] - second[:, 0:2]
+    overlaps = np.maximum(np.minimum(first[:, 2:4], second[:, 2:4]) - np.maximum(first[:, 0:2], second[:, 0:2]), 0.0)
+    intersection = overlaps[:, 0] * overlaps[:, 1]
+    union = first_sizes[:, 0] * first_sizes[:, 1] + second_sizes[:, 0] * second_sizes[:, 1] - intersection
     return np.asarray(np.divide(intersection, union, out=np.zeros(intersection.shape), where=union > 0))
 
 
@@ -105,6 +105,8 @@ def assign(cost: Array, limit: float) -> Assignment:
     if rows_count == 0 or columns_count == 0:
         return Assignment(nothing, nothing, (rows_count, columns_count))
     candidate = cost <= limit
+    if not np.count_nonzero(candidate):  # as for most tracks missed and weak detections: nothing to pair
+        return Assignment(nothing, nothing, (rows_count, columns_count))
     row_candidates = candidate.sum(axis=1)
     column_candidates = candidate.sum(axis=0)
     single_rows = (row_candidates == 1).nonzero()[0]
@@ -118,7 +120,7 @@ def assign(cost: Array, limit: float) -> Assignment:
     contested_columns[columns] = False
     if np.count_nonzero(contested_rows) and np.count_nonzero(contested_columns):
         row_indices, column_indices = contested_rows.nonzero()[0], contested_columns.nonzero()[0]
-        contested = cost[np.ix_(row_indices, column_indices)]
+        contested = cost[row_indices[:, None], column_indices]
         _, row_to_column, _ = lap.lapjv(contested, extend_cost=True, cost_limit=limit)
         solved = (row_to_column >= 0).nonzero()[0]
         solved_rows, solved_columns = row_indices[solved], column_indices[row_to_column[solved]]

@@ -152,5 +152,5 @@ def _motion_scale(states: Array) -> Array:
     (a person walks about a body height per second whichever way, a car drives some lengths per second,
     sideways or not), each side for its own growth."""
     sizes = np.maximum(states[:, 2:4], MIN_SIZE_PX)
-    larger = sizes.max(axis=1, keepdims=True)
+    larger = np.maximum(sizes[:, 0:1], sizes[:, 1:2])  # as sizes.max(axis=1), without its Python wrapper
     return np.concatenate([larger, larger, sizes], axis=1)

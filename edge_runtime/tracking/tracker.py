@@ -201,7 +201,7 @@ class Tracker:
             open_rows = ((matches < 0) & (tracks.hits >= self._confirm_hits)).nonzero()[0]
             if len(open_rows):
                 weak_columns = (~confident).nonzero()[0]
-                pairs = np.ix_(open_rows, weak_columns)
+                pairs = open_rows[:, None], weak_columns  # as np.ix_, without its Python overhead
                 cost = np.where(different[pairs], FORBIDDEN, 1.0 - overlap[pairs])
                 second = assign(cost, 1.0 - LOW_SCORE_MIN_IOU)
                 matches[open_rows[second.rows]] = weak_columns[second.columns]
@@ -217,7 +217,7 @@ class Tracker:
         if len(waiting_columns):
             means, spreads = tracks.means[open_rows], tracks.spreads[open_rows]
             plausible = self.motion.gating_distance(means, spreads, boxes[waiting_columns]) <= GATE_95
-            allowed = plausible & ~different[np.ix_(open_rows, waiting_columns)]
+            allowed = plausible & ~different[open_rows[:, None], waiting_columns]
             distance = relative_distance_matrix(predicted[open_rows], boxes[waiting_columns])
             third = assign(np.where(allowed, distance, FORBIDDEN), self._relative_distance)
             matches[open_rows[third.rows]] = waiting_columns[third.columns]
@@ -314,8 +314,8 @@ class Tracker:
         starts = tracks.start_times[shown]
         labels = self._labels
         return tuple(
-            itertools.starmap(
-                TrackedObject,
+            map(
+                TrackedObject._make,  # from each row as it is, rather than unpacked into the constructor
                 zip(
                     tracks.ids[shown].tolist(),
                     [labels[code] for code in tracks.label_codes[shown].tolist()],
