@@ -166,7 +166,9 @@ class Tracker:
         """The detections the filters let through: their positions in `detections`, boxes, scores, labels."""
         if not detections:
             return _NO_INDICES, _NO_BOXES, _NO_SCORES, _NO_CODES
-        boxes = np.array([d.box for d in detections], dtype=np.float64)
+        # One flat pass over the coordinates: np.array on a list of tuples takes twice as long.
+        corners = itertools.chain.from_iterable([d.box for d in detections])
+        boxes = np.fromiter(corners, np.float64, 4 * len(detections)).reshape(-1, 4)
         scores = np.array([d.score for d in detections], dtype=np.float64)
         labels = [d.label for d in detections]
         indices = self.detection_filter.admit(labels, boxes, scores, frame_size).nonzero()[0]
@@ -214,13 +216,16 @@ class Tracker:
         waiting = confident.copy()
         waiting[matches[matches >= 0]] = False
         waiting_columns = waiting.nonzero()[0]
-        if len(waiting_columns):
-            means, spreads = tracks.means[open_rows], tracks.spreads[open_rows]
-            plausible = self.motion.gating_distance(means, spreads, boxes[waiting_columns]) <= GATE_95
-            allowed = plausible & ~different[open_rows[:, None], waiting_columns]
-            distance = relative_distance_matrix(predicted[open_rows], boxes[waiting_columns])
-            third = assign(np.where(allowed, distance, FORBIDDEN), self._relative_distance)
-            matches[open_rows[third.rows]] = waiting_columns[third.columns]
+        if len(waiting_columns) == 0:
+            return matches
+        distance = relative_distance_matrix(predicted[open_rows], boxes[waiting_columns])
+        if not np.count_nonzero(distance <= self._relative_distance):  # usual: no pair near enough to gate
+            return matches
+        means, spreads = tracks.means[open_rows], tracks.spreads[open_rows]
+        plausible = self.motion.gating_distance(means, spreads, boxes[waiting_columns]) <= GATE_95
+        allowed = plausible & ~different[open_rows[:, None], waiting_columns]
+        third = assign(np.where(allowed, distance, FORBIDDEN), self._relative_distance)
+        matches[open_rows[third.rows]] = waiting_columns[third.columns]
         return matches
 
     def _apply(self, matches: Indices, boxes: Array, scores: Array, codes: Codes, now: float) -> None:
