@@ -171,14 +171,17 @@ class Tracker:
         boxes = np.fromiter(corners, np.float64, 4 * len(detections)).reshape(-1, 4)
         scores = np.array([d.score for d in detections], dtype=np.float64)
         labels = [d.label for d in detections]
-        indices = self.detection_filter.admit(labels, boxes, scores, frame_size).nonzero()[0]
-        admitted_labels = [labels[i] for i in indices.tolist()]
+        admitted = self.detection_filter.admit(labels, boxes, scores, frame_size)
+        indices = admitted.nonzero()[0]
+        if len(indices) < len(labels):  # usually every detection passes, and nothing needs copying
+            labels = [labels[i] for i in indices.tolist()]
+            boxes, scores = boxes[indices], scores[indices]
         known = self._label_codes
         try:
-            codes = [known[label] for label in admitted_labels]
+            codes = [known[label] for label in labels]
         except KeyError:  # a label's first sight
-            codes = [self._code(label) for label in admitted_labels]
-        return indices, boxes[indices], scores[indices], np.array(codes, dtype=np.int64)
+            codes = [self._code(label) for label in labels]
+        return indices, boxes, scores, np.array(codes, dtype=np.int64)
 
     def _associate(self, boxes: Array, scores: Array, codes: Codes) -> Indices:
         """For each track, the row of the detection it matched, or -1 (steps 3 to 5 above)."""
