@@ -31,6 +31,7 @@ Array = npt.NDArray[np.float64]
 Indices = npt.NDArray[np.intp]
 
 FORBIDDEN = 1e6  # the cost of a pair that must never match (different labels); far above any limit
+_NOTHING: Indices = np.zeros(0, dtype=np.intp)
 
 
 class Assignment(NamedTuple):
@@ -101,14 +102,13 @@ def assign(cost: Array, limit: float) -> Assignment:
     Rows and columns with no candidate at all are left out of it too.
     """
     rows_count, columns_count = cost.shape
-    nothing = np.zeros(0, dtype=np.intp)
     if rows_count == 0 or columns_count == 0:
-        return Assignment(nothing, nothing, (rows_count, columns_count))
+        return Assignment(_NOTHING, _NOTHING, (rows_count, columns_count))
     candidate = cost <= limit
     if not np.count_nonzero(candidate):  # as for most tracks missed and weak detections: nothing to pair
-        return Assignment(nothing, nothing, (rows_count, columns_count))
-    row_candidates = candidate.sum(axis=1)
-    column_candidates = candidate.sum(axis=0)
+        return Assignment(_NOTHING, _NOTHING, (rows_count, columns_count))
+    row_candidates = np.add.reduce(candidate, axis=1)  # counts, as candidate.sum without its Python wrapper
+    column_candidates = np.add.reduce(candidate, axis=0)
     single_rows = (row_candidates == 1).nonzero()[0]
     their_columns = candidate[single_rows].argmax(axis=1)
     exclusive = column_candidates[their_columns] == 1
