@@ -328,7 +328,7 @@ class Tracker:
                 zip(
                     tracks.ids[shown].tolist(),
                     [labels[code] for code in tracks.label_codes[shown].tolist()],
-                    map(tuple, boxes.tolist()),
+                    zip(*boxes.T.tolist(), strict=True),  # box tuples, from the four coordinate columns
                     tracks.last_scores[shown].tolist(),
                     tracks.top_scores[shown].tolist(),
                     (now - tracks.still_since[shown] >= self._stationary_after_s).tolist(),
