@@ -76,8 +76,9 @@ class Tracker:
     """Follows the objects of one camera. Not thread-safe: one pipeline's post thread calls it.
 
     A frame's work is a fixed number of numpy operations on arrays of a few rows, so what it costs is
-    mostly the number of operations, not their size: the steps below skip what has nothing to do (no
-    tracks, no weak detections, nothing missed, nothing new) and the settings are read once, not per frame.
+    mostly the number of operations, not their size: each step is skipped when it has nothing to do (no
+    tracks, no weak detections, nothing missed, nothing new), and the settings are read once, here, rather
+    than looked up on the config in every frame.
     """
 
     def __init__(self, config: TrackConfig, motion: ConstantVelocityFilter | None = None) -> None:
@@ -142,8 +143,8 @@ class Tracker:
         object that left before the scene went still ends on time."""
         now = self._advance(timestamp, extrapolate=False)
         tracks = self._tracks
-        confirmed = tracks.hits >= self.config.confirm_hits
-        gone = confirmed & (now - tracks.missed_since >= self.config.lost_after_s)  # NaN compares False
+        confirmed = tracks.hits >= self._confirm_hits
+        gone = confirmed & (now - tracks.missed_since >= self._lost_after_s)  # NaN compares False
         if not np.count_nonzero(gone):
             return TrackUpdate(now, self._report(tracks, now, np.full(len(tracks), -1)), ())
         ended = self._report(tracks.select(gone), now, None)
