@@ -31,6 +31,7 @@ Array = npt.NDArray[np.float64]
 Indices = npt.NDArray[np.intp]
 
 FORBIDDEN = 1e6  # the cost of a pair that must never match (different labels); far above any limit
+_NOTHING: Indices = np.zeros(0, dtype=np.intp)
 
 
 class Assignment(NamedTuple):
@@ -60,18 +61,18 @@ def iou_matrix(first: Array, second: Array) -> Array:
     first_area = (first[:, 2] - first[:, 0]) * (first[:, 3] - first[:, 1])
     second_area = (second[:, 2] - second[:, 0]) * (second[:, 3] - second[:, 1])
     union = first_area[:, None] + second_area[None, :] - intersection
-    return np.asarray(np.divide(intersection, union, out=np.zeros_like(intersection), where=union > 0))
+    return np.asarray(np.divide(intersection, union, out=np.zeros(intersection.shape), where=union > 0))
 
 
 def paired_iou(first: Array, second: Array) -> Array:
     """Intersection over union of first[i] with second[i], for each i (both N×4): N values."""
-    width = np.minimum(first[:, 2], second[:, 2]) - np.maximum(first[:, 0], second[:, 0])
-    height = np.minimum(first[:, 3], second[:, 3]) - np.maximum(first[:, 1], second[:, 1])
-    intersection = np.maximum(width, 0.0) * np.maximum(height, 0.0)
-    first_area = (first[:, 2] - first[:, 0]) * (first[:, 3] - first[:, 1])
-    second_area = (second[:, 2] - second[:, 0]) * (second[:, 3] - second[:, 1])
-    union = first_area + second_area - intersection
-    return np.asarray(np.divide(intersection, union, out=np.zeros_like(intersection), where=union > 0))
+    # x and y together, as (N, 2) arrays: the same arithmetic as coordinate by coordinate, in half the calls.
+    first_sizes = first[:, 2:4] - first[:, 0:2]
+    second_sizes = second[:, 2:4] - second[:, 0:2]
+    overlaps = np.maximum(np.minimum(first[:, 2:4], second[:, 2:4]) - np.maximum(first[:, 0:2], second[:, 0:2]), 0.0)
+    intersection = overlaps[:, 0] * overlaps[:, 1]
+    union = first_sizes[:, 0] * first_sizes[:, 1] + second_sizes[:, 0] * second_sizes[:, 1] - intersection
+    return np.asarray(np.divide(intersection, union, out=np.zeros(intersection.shape), where=union > 0))
 
 
 def relative_distance_matrix(estimates: Array, detections: Array) -> Array:
@@ -101,12 +102,13 @@ def assign(cost: Array, limit: float) -> Assignment:
     Rows and columns with no candidate at all are left out of it too.
     """
     rows_count, columns_count = cost.shape
-    nothing = np.zeros(0, dtype=np.intp)
     if rows_count == 0 or columns_count == 0:
-        return Assignment(nothing, nothing, (rows_count, columns_count))
+        return Assignment(_NOTHING, _NOTHING, (rows_count, columns_count))
     candidate = cost <= limit
-    row_candidates = candidate.sum(axis=1)
-    column_candidates = candidate.sum(axis=0)
+    if not np.count_nonzero(candidate):  # as for most tracks missed and weak detections: nothing to pair
+        return Assignment(_NOTHING, _NOTHING, (rows_count, columns_count))
+    row_candidates = np.add.reduce(candidate, axis=1)  # counts, as candidate.sum without its Python wrapper
+    column_candidates = np.add.reduce(candidate, axis=0)
     single_rows = (row_candidates == 1).nonzero()[0]
     their_columns = candidate[single_rows].argmax(axis=1)
     exclusive = column_candidates[their_columns] == 1
@@ -116,9 +118,9 @@ def assign(cost: Array, limit: float) -> Assignment:
     contested_rows[rows] = False
     contested_columns = column_candidates > 0
     contested_columns[columns] = False
-    if contested_rows.any() and contested_columns.any():
+    if np.count_nonzero(contested_rows) and np.count_nonzero(contested_columns):
         row_indices, column_indices = contested_rows.nonzero()[0], contested_columns.nonzero()[0]
-        contested = cost[np.ix_(row_indices, column_indices)]
+        contested = cost[row_indices[:, None], column_indices]
         _, row_to_column, _ = lap.lapjv(contested, extend_cost=True, cost_limit=limit)
         solved = (row_to_column >= 0).nonzero()[0]
         solved_rows, solved_columns = row_indices[solved], column_indices[row_to_column[solved]]

@@ -48,6 +48,10 @@ class DetectionFilter:
         self._masks = [np.asarray(polygon, dtype=np.float64) for polygon in config.masks]
         self._filters: dict[str, ObjectFilter] = {}
         self._tracked = frozenset(config.labels)
+        # A label's filter is its entry's fields over the default entry's: when no entry limits the size or
+        # shape, no label's filter does, and the per-frame search for labels to check is skipped.
+        self._limits_any_shape = any(_limits_shape(rule) for rule in config.filters.values())
+        self._limits_label_shape: dict[str, bool] = {}
 
     def filter_for(self, label: str) -> ObjectFilter:
         found = self._filters.get(label)
@@ -63,12 +67,14 @@ class DetectionFilter:
         if self.config.labels:
             tracked = self._tracked
             admitted &= np.fromiter((label in tracked for label in labels), bool, len(labels))
-        if not admitted.any():
+        if not np.count_nonzero(admitted):
             return admitted
         if self._masks:
             feet = np.stack([(boxes[:, 0] + boxes[:, 2]) / (2 * width), boxes[:, 3] / height], axis=1)
             for polygon in self._masks:
                 admitted &= ~inside_polygon(feet, polygon)
+        if not self._limits_any_shape:
+            return admitted
         limited = [label for label in set(labels) if self._limits_shape(label)]
         if not limited:
             return admitted
@@ -89,8 +95,14 @@ class DetectionFilter:
         return admitted
 
     def _limits_shape(self, label: str) -> bool:
-        rule = self.filter_for(label)
-        return rule.min_area > 0 or rule.max_area is not None or rule.min_ratio > 0 or rule.max_ratio is not None
+        limits = self._limits_label_shape.get(label)
+        if limits is None:
+            limits = self._limits_label_shape[label] = _limits_shape(self.filter_for(label))
+        return limits
+
+
+def _limits_shape(rule: ObjectFilter) -> bool:
+    return rule.min_area > 0 or rule.max_area is not None or rule.min_ratio > 0 or rule.max_ratio is not None
 
 
 def _pixels(area: float, frame_area: float) -> float:

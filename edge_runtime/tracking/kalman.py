@@ -143,7 +143,8 @@ class ConstantVelocityFilter:
 def _scale(states: Array) -> Array:
     """Per coordinate (cx, cy, w, h), the size that a detector's error scales with: width for x and w,
     height for y and h."""
-    return np.tile(np.maximum(states[:, 2:4], MIN_SIZE_PX), 2)
+    sizes = np.maximum(states[:, 2:4], MIN_SIZE_PX)
+    return np.concatenate([sizes, sizes], axis=1)
 
 
 def _motion_scale(states: Array) -> Array:
@@ -151,5 +152,5 @@ def _motion_scale(states: Array) -> Array:
     (a person walks about a body height per second whichever way, a car drives some lengths per second,
     sideways or not), each side for its own growth."""
     sizes = np.maximum(states[:, 2:4], MIN_SIZE_PX)
-    larger = sizes.max(axis=1, keepdims=True)
+    larger = np.maximum(sizes[:, 0:1], sizes[:, 1:2])  # as sizes.max(axis=1), without its Python wrapper
     return np.concatenate([larger, larger, sizes], axis=1)

@@ -37,9 +37,10 @@ the previous frame, catches a slow creep that no single frame shows.
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -72,7 +73,13 @@ STILL_IOU = 0.6
 
 
 class Tracker:
-    """Follows the objects of one camera. Not thread-safe: one pipeline's post thread calls it."""
+    """Follows the objects of one camera. Not thread-safe: one pipeline's post thread calls it.
+
+    A frame's work is a fixed number of numpy operations on arrays of a few rows, so what it costs is
+    mostly the number of operations, not their size: each step is skipped when it has nothing to do (no
+    tracks, no weak detections, nothing missed, nothing new), and the settings are read once, here, rather
+    than looked up on the config in every frame.
+    """
 
     def __init__(self, config: TrackConfig, motion: ConstantVelocityFilter | None = None) -> None:
         self.config = config
@@ -85,6 +92,12 @@ class Tracker:
         self._min_scores = np.zeros(0)  # per label code
         self._serials = itertools.count(1)
         self._time: float | None = None
+        self._confirm_hits = config.confirm_hits
+        self._lost_after_s = config.lost_after_s
+        self._stationary_after_s = config.stationary_after_s
+        self._high, self._new_track = config.scores.high, config.scores.new_track
+        self._fuse_score, self._iou_limit = config.match.fuse_score, 1.0 - config.match.iou
+        self._relative_distance = config.match.relative_distance
 
     def __len__(self) -> int:
         """Live tracks, tentative and unreported ones included."""
@@ -99,23 +112,29 @@ class Tracker:
         self._apply(matches, boxes, scores, codes, now)
 
         tracks = self._tracks
-        confirmed = tracks.hits >= self.config.confirm_hits
         missed = matches < 0
-        tracks.missed_since[missed] = np.fmin(tracks.missed_since[missed], now)  # NaN (not missing) gives now
-        gone = missed & confirmed & (now - tracks.missed_since >= self.config.lost_after_s)
-        ended = self._report(tracks.select(gone), now, None) if gone.any() else ()
-        keep = ~gone & ~(missed & ~confirmed)  # a tentative track missed once is dropped
-        if not keep.all():
-            tracks = tracks.select(keep)
+        ended: tuple[TrackedObject, ...] = ()
+        if np.count_nonzero(missed):
+            confirmed = tracks.hits >= self._confirm_hits
+            tracks.missed_since[missed] = np.fmin(tracks.missed_since[missed], now)  # NaN (not missing) gives now
+            gone = missed & confirmed & (now - tracks.missed_since >= self._lost_after_s)
+            if np.count_nonzero(gone):
+                ended = self._report(tracks.select(gone), now, None)
+            keep = ~gone & (confirmed | ~missed)  # a tentative track missed once is dropped
+            if np.count_nonzero(keep) < len(keep):
+                tracks = tracks.select(keep)
+                matches = matches[keep]
 
-        taken = np.zeros(len(boxes), dtype=bool)
-        taken[matches[~missed]] = True
-        starting = np.flatnonzero(~taken & (scores >= self.config.scores.new_track))
-        if len(starting):
-            tracks = tracks.extend(self._start(boxes[starting], scores[starting], codes[starting], now))
+        untaken = scores >= self._new_track
+        if np.count_nonzero(untaken):
+            untaken[matches[matches >= 0]] = False
+            starting = untaken.nonzero()[0]
+            if len(starting):
+                tracks = tracks.extend(self._start(boxes[starting], scores[starting], codes[starting], now))
+                matches = np.concatenate([matches, starting])
         self._tracks = tracks
-        rows = np.concatenate([matches[keep], starting])  # each track's detection row in this frame, or -1
-        detection_indices = np.where(rows >= 0, indices[np.maximum(rows, 0)], -1) if len(indices) else rows
+        # Each track's position in `detections`, or -1: the row -1 (missed) picks the -1 appended.
+        detection_indices = np.concatenate([indices, _NOT_FOUND])[matches]
         return TrackUpdate(now, self._report(tracks, now, detection_indices), ended)
 
     def coast(self, timestamp: float) -> TrackUpdate:
@@ -124,9 +143,9 @@ class Tracker:
         object that left before the scene went still ends on time."""
         now = self._advance(timestamp, extrapolate=False)
         tracks = self._tracks
-        confirmed = tracks.hits >= self.config.confirm_hits
-        gone = confirmed & (now - tracks.missed_since >= self.config.lost_after_s)  # NaN compares False
-        if not gone.any():
+        confirmed = tracks.hits >= self._confirm_hits
+        gone = confirmed & (now - tracks.missed_since >= self._lost_after_s)  # NaN compares False
+        if not np.count_nonzero(gone):
             return TrackUpdate(now, self._report(tracks, now, np.full(len(tracks), -1)), ())
         ended = self._report(tracks.select(gone), now, None)
         self._tracks = tracks.select(~gone)
@@ -147,12 +166,24 @@ class Tracker:
         self, detections: Sequence[Detection], frame_size: tuple[int, int]
     ) -> tuple[Indices, Array, Array, Codes]:
         """The detections the filters let through: their positions in `detections`, boxes, scores, labels."""
-        boxes = np.array([d.box for d in detections], dtype=np.float64).reshape(-1, 4)
+        if not detections:
+            return _NO_INDICES, _NO_BOXES, _NO_SCORES, _NO_CODES
+        # One flat pass over the coordinates: np.array on a list of tuples takes twice as long.
+        corners = itertools.chain.from_iterable([d.box for d in detections])
+        boxes = np.fromiter(corners, np.float64, 4 * len(detections)).reshape(-1, 4)
         scores = np.array([d.score for d in detections], dtype=np.float64)
         labels = [d.label for d in detections]
-        indices = np.flatnonzero(self.detection_filter.admit(labels, boxes, scores, frame_size))
-        codes = np.array([self._code(labels[i]) for i in indices], dtype=np.int64)
-        return indices, boxes[indices], scores[indices], codes
+        admitted = self.detection_filter.admit(labels, boxes, scores, frame_size)
+        indices = admitted.nonzero()[0]
+        if len(indices) < len(labels):  # usually every detection passes, and nothing needs copying
+            labels = [labels[i] for i in indices.tolist()]
+            boxes, scores = boxes[indices], scores[indices]
+        known = self._label_codes
+        try:
+            codes = [known[label] for label in labels]
+        except KeyError:  # a label's first sight
+            codes = [self._code(label) for label in labels]
+        return indices, boxes, scores, np.array(codes, dtype=np.int64)
 
     def _associate(self, boxes: Array, scores: Array, codes: Codes) -> Indices:
         """For each track, the row of the detection it matched, or -1 (steps 3 to 5 above)."""
@@ -162,57 +193,72 @@ class Tracker:
             return matches
         predicted = boxes_from_states(tracks.means)
         overlap = iou_matrix(predicted, boxes)
-        different = tracks.label_codes[:, None] != codes[None, :]
-        confident = scores >= self.config.scores.high
-        match = self.config.match
+        different = tracks.label_codes[:, None] != codes
+        confident = scores >= self._high
+        confident_count = np.count_nonzero(confident)
+        all_confident = confident_count == len(confident)
 
-        if confident.any():
-            similarity = overlap * scores[None, :] if match.fuse_score else overlap
-            cost = np.where(different | ~confident[None, :], FORBIDDEN, 1.0 - similarity)
-            first = assign(cost, 1.0 - match.iou)
+        if confident_count:
+            similarity = overlap * scores if self._fuse_score else overlap
+            forbidden = different if all_confident else different | ~confident
+            first = assign(np.where(forbidden, FORBIDDEN, 1.0 - similarity), self._iou_limit)
             matches[first.rows] = first.columns
 
-        open_rows = np.flatnonzero((matches < 0) & (tracks.hits >= self.config.confirm_hits))
-        weak_columns = np.flatnonzero(~confident)
-        if len(open_rows) and len(weak_columns):
-            pairs = np.ix_(open_rows, weak_columns)
-            second = assign(np.where(different[pairs], FORBIDDEN, 1.0 - overlap[pairs]), 1.0 - LOW_SCORE_MIN_IOU)
-            matches[open_rows[second.rows]] = weak_columns[second.columns]
+        if not all_confident:
+            open_rows = ((matches < 0) & (tracks.hits >= self._confirm_hits)).nonzero()[0]
+            if len(open_rows):
+                weak_columns = (~confident).nonzero()[0]
+                pairs = open_rows[:, None], weak_columns  # as np.ix_, without its Python overhead
+                cost = np.where(different[pairs], FORBIDDEN, 1.0 - overlap[pairs])
+                second = assign(cost, 1.0 - LOW_SCORE_MIN_IOU)
+                matches[open_rows[second.rows]] = weak_columns[second.columns]
 
+        if self._relative_distance <= 0:
+            return matches
+        open_rows = (matches < 0).nonzero()[0]
+        if len(open_rows) == 0:
+            return matches
         waiting = confident.copy()
         waiting[matches[matches >= 0]] = False
-        open_rows, waiting_columns = np.flatnonzero(matches < 0), np.flatnonzero(waiting)
-        if match.relative_distance > 0 and len(open_rows) and len(waiting_columns):
-            means, spreads = tracks.means[open_rows], tracks.spreads[open_rows]
-            plausible = self.motion.gating_distance(means, spreads, boxes[waiting_columns]) <= GATE_95
-            allowed = plausible & ~different[np.ix_(open_rows, waiting_columns)]
-            distance = relative_distance_matrix(predicted[open_rows], boxes[waiting_columns])
-            third = assign(np.where(allowed, distance, FORBIDDEN), match.relative_distance)
-            matches[open_rows[third.rows]] = waiting_columns[third.columns]
+        waiting_columns = waiting.nonzero()[0]
+        if len(waiting_columns) == 0:
+            return matches
+        distance = relative_distance_matrix(predicted[open_rows], boxes[waiting_columns])
+        if not np.count_nonzero(distance <= self._relative_distance):  # usual: no pair near enough to gate
+            return matches
+        means, spreads = tracks.means[open_rows], tracks.spreads[open_rows]
+        plausible = self.motion.gating_distance(means, spreads, boxes[waiting_columns]) <= GATE_95
+        allowed = plausible & ~different[open_rows[:, None], waiting_columns]
+        third = assign(np.where(allowed, distance, FORBIDDEN), self._relative_distance)
+        matches[open_rows[third.rows]] = waiting_columns[third.columns]
         return matches
 
     def _apply(self, matches: Indices, boxes: Array, scores: Array, codes: Codes, now: float) -> None:
         """Correct the matched tracks with their detections, and record every track's score for the frame."""
         tracks = self._tracks
-        matched = np.flatnonzero(matches >= 0)
-        rows = matches[matched]
-        found = boxes[rows]
-        tracks.means[matched], tracks.spreads[matched] = self.motion.update(
-            tracks.means[matched], tracks.spreads[matched], found
-        )
-        tracks.hits[matched] += 1
-        tracks.last_seen[matched] = now
-        tracks.missed_since[matched] = np.nan
-        tracks.last_boxes[matched] = found
-        tracks.last_scores[matched] = scores[rows]
-        moved = matched[paired_iou(found, tracks.anchors[matched]) < STILL_IOU]
-        tracks.anchors[moved] = boxes[matches[moved]]
-        tracks.still_since[moved] = now
-        counted = np.zeros(len(tracks))  # 0 for a miss, and for a match scoring below its label's min_score
-        counted[matched] = np.where(scores[rows] >= self._min_scores[codes[rows]], scores[rows], 0.0)
+        if len(tracks) == 0:
+            return
         history = tracks.history
         history[:, :-1] = history[:, 1:]
-        history[:, -1] = counted
+        counted = history[:, -1]  # 0 for a miss, and for a match scoring below its label's min_score
+        counted[:] = 0.0
+        matched = (matches >= 0).nonzero()[0]
+        if len(matched):
+            # Every track matched, as on most frames: a slice indexes each column as a view, without a copy.
+            at: slice | Indices = slice(None) if len(matched) == len(tracks) else matched
+            rows = matches[at]
+            found, found_scores = boxes[rows], scores[rows]
+            tracks.means[at], tracks.spreads[at] = self.motion.update(tracks.means[at], tracks.spreads[at], found)
+            tracks.hits[at] += 1
+            tracks.last_seen[at] = now
+            tracks.missed_since[at] = np.nan
+            tracks.last_boxes[at] = found
+            tracks.last_scores[at] = found_scores
+            moved = paired_iou(found, tracks.anchors[at]) < STILL_IOU
+            if np.count_nonzero(moved):
+                tracks.anchors[matched[moved]] = found[moved]
+                tracks.still_since[matched[moved]] = now
+            counted[at] = np.where(found_scores >= self._min_scores[codes[rows]], found_scores, 0.0)
         medians = median_scores(history)
         np.maximum(tracks.top_scores, medians, out=tracks.top_scores)
         tracks.real |= medians >= self._thresholds[tracks.label_codes]
@@ -224,6 +270,7 @@ class Tracker:
         history = np.full((count, HISTORY_LENGTH), np.nan)
         history[:, -1] = np.where(scores >= self._min_scores[codes], scores, 0.0)
         medians = median_scores(history)
+        serials = list(itertools.islice(self._serials, count))
         return TrackTable(
             means=means,
             spreads=spreads,
@@ -239,7 +286,8 @@ class Tracker:
             history=history,
             top_scores=medians,
             real=medians >= self._thresholds[codes],
-            serials=np.fromiter(itertools.islice(self._serials, count), np.int64, count),
+            serials=np.array(serials, dtype=np.int64),
+            ids=np.array([f"{now:.3f}-{serial}" for serial in serials], dtype=object),
         )
 
     def _code(self, label: str) -> int:
@@ -256,44 +304,52 @@ class Tracker:
     def _report(self, tracks: TrackTable, now: float, detection_indices: Indices | None) -> tuple[TrackedObject, ...]:
         """The confirmed real objects among `tracks`: present ones with their index in this frame's
         detections (-1: missed, box predicted), or ended ones (None) as they were last seen."""
-        shown = np.flatnonzero((tracks.hits >= self.config.confirm_hits) & tracks.real)
-        if len(shown) == 0:
-            return ()
-        if detection_indices is None:
-            indices = np.full(len(shown), -1)
-            boxes = tracks.last_boxes[shown]
+        shown_mask = (tracks.hits >= self._confirm_hits) & tracks.real
+        shown: slice | Indices
+        if np.count_nonzero(shown_mask) == len(shown_mask):  # as on most frames: a slice indexes without copies
+            shown = slice(None)
         else:
-            indices = detection_indices[shown]
-            predicted = boxes_from_states(tracks.means[shown])
-            boxes = np.where((indices >= 0)[:, None], tracks.last_boxes[shown], predicted)
-        stationary = now - tracks.still_since[shown] >= self.config.stationary_after_s
-        columns = zip(
-            tracks.start_times[shown].tolist(),
-            tracks.serials[shown].tolist(),
-            tracks.label_codes[shown].tolist(),
-            boxes.tolist(),
-            tracks.last_scores[shown].tolist(),
-            tracks.top_scores[shown].tolist(),
-            stationary.tolist(),
-            tracks.hits[shown].tolist(),
-            tracks.last_seen[shown].tolist(),
-            indices.tolist(),
-            strict=True,
-        )
+            shown = shown_mask.nonzero()[0]
+            if len(shown) == 0:
+                return ()
+        boxes = tracks.last_boxes[shown]
+        if detection_indices is None:
+            indices = [None] * len(boxes)
+        else:
+            found = detection_indices[shown]
+            coasting = found < 0
+            if np.count_nonzero(coasting):
+                boxes = np.where(coasting[:, None], boxes_from_states(tracks.means[shown]), boxes)
+            indices = [index if index >= 0 else None for index in found.tolist()]
+        starts = tracks.start_times[shown]
         labels = self._labels
         return tuple(
-            TrackedObject(
-                f"{start:.3f}-{serial}",
-                labels[code],
-                (box[0], box[1], box[2], box[3]),
-                score,
-                top,
-                still,
-                hits,
-                start,
-                seen,
-                now - start,
-                index if index >= 0 else None,
+            map(
+                _tracked_object,
+                zip(
+                    tracks.ids[shown].tolist(),
+                    [labels[code] for code in tracks.label_codes[shown].tolist()],
+                    zip(*boxes.T.tolist(), strict=True),  # box tuples, from the four coordinate columns
+                    tracks.last_scores[shown].tolist(),
+                    tracks.top_scores[shown].tolist(),
+                    (now - tracks.still_since[shown] >= self._stationary_after_s).tolist(),
+                    tracks.hits[shown].tolist(),
+                    starts.tolist(),
+                    tracks.last_seen[shown].tolist(),
+                    (now - starts).tolist(),
+                    indices,
+                    strict=True,
+                ),
             )
-            for start, serial, code, box, score, top, still, hits, seen, index in columns
         )
+
+
+# A named tuple's constructor, and its `_make`, are Python functions around tuple.__new__: calling that
+# directly on each row of fields (eleven, in field order) saves a Python call per object per frame.
+_tracked_object = cast(Callable[[Iterable[Any]], TrackedObject], functools.partial(tuple.__new__, TrackedObject))
+
+_NO_INDICES = np.zeros(0, dtype=np.intp)
+_NOT_FOUND = np.full(1, -1, dtype=np.intp)
+_NO_BOXES = np.zeros((0, 4))
+_NO_SCORES = np.zeros(0)
+_NO_CODES = np.zeros(0, dtype=np.int64)

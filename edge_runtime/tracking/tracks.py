@@ -33,7 +33,7 @@ def median_scores(history: Array) -> Array:
     if len(history) == 0:
         return np.zeros(0)
     middle = HISTORY_LENGTH // 2
-    if not np.isnan(history[:, 0]).any():  # every row full, as for all tracks older than ten frames
+    if not np.count_nonzero(np.isnan(history[:, 0])):  # every row full, as for all tracks older than ten frames
         ordered = np.sort(history, axis=1)
         return np.asarray((ordered[:, middle - 1] + ordered[:, middle]) / 2)
     padded = history.copy()
@@ -64,6 +64,7 @@ class TrackTable:
     top_scores: Array  # (N,) highest median reached
     real: npt.NDArray[np.bool_]  # (N,) the median reached the label's threshold at some point
     serials: npt.NDArray[np.int64]  # (N,) the tracker's running number for it, part of its id
+    ids: npt.NDArray[np.object_]  # (N,) its id as reported, made once rather than formatted every frame
 
     @classmethod
     def empty(cls) -> TrackTable:
@@ -83,6 +84,7 @@ class TrackTable:
             top_scores=np.zeros(0),
             real=np.zeros(0, dtype=np.bool_),
             serials=np.zeros(0, dtype=np.int64),
+            ids=np.zeros(0, dtype=object),
         )
 
     def __len__(self) -> int:
@@ -90,15 +92,13 @@ class TrackTable:
 
     def select(self, rows: npt.NDArray[np.bool_] | npt.NDArray[np.intp]) -> TrackTable:
         """The tracks at `rows` (a boolean mask or indices), as a table of their own."""
-        return TrackTable(**{field.name: getattr(self, field.name)[rows] for field in fields(self)})
+        return TrackTable(**{name: getattr(self, name)[rows] for name in _COLUMNS})
 
     def extend(self, other: TrackTable) -> TrackTable:
         """These tracks followed by `other`'s."""
         if len(other) == 0:
             return self
-        return TrackTable(
-            **{
-                field.name: np.concatenate([getattr(self, field.name), getattr(other, field.name)])
-                for field in fields(self)
-            }
-        )
+        return TrackTable(**{name: np.concatenate([getattr(self, name), getattr(other, name)]) for name in _COLUMNS})
+
+
+_COLUMNS = tuple(field.name for field in fields(TrackTable))
