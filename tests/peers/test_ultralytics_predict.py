@@ -1,8 +1,8 @@
 """edge_runtime's pipeline finds what Ultralytics' own `predict` finds, on exports Ultralytics made itself.
 
-Each export (ONNX, OpenVINO) becomes a package through `edge-convert EXPORT -o PKG` and nothing else: the
-task, labels, letterbox with grey 114 borders and the `yolo` decoder come from the metadata Ultralytics
-wrote. The same image files then go through `YOLO(EXPORT).predict` and through edge_runtime's `Pipeline`
+Each export (ONNX, OpenVINO) becomes a package through `edge-runtime package make EXPORT -o PKG` and nothing
+else, the road the docs give for a model that runs as exported: the task, labels, letterbox with grey 114
+borders and the `yolo` decoder come from the metadata Ultralytics wrote. The same image files then go through `YOLO(EXPORT).predict` and through edge_runtime's `Pipeline`
 (folder source, preprocessing, backend, decoder, result message) on the same runtime: ONNX Runtime for the
 ONNX export, OpenVINO at f32 for the IR. Both use the same thresholds, and must report the same
 detections: same number, same classes, boxes with IoU ≥ 0.99 and corners within 0.06 px (the result
@@ -39,7 +39,7 @@ from edge_runtime.sources import make_source
 from edge_runtime.sources.configs import FolderSourceConfig
 
 CONF = 0.01
-IOU = 0.7  # Ultralytics' predict default, and what edge-convert writes into the package
+IOU = 0.7  # Ultralytics' predict default, and what the package maker writes into the package
 MAX_DET = 300
 RUNTIMES = {"onnx": ("onnx/fp32", "onnxruntime"), "openvino": ("openvino/fp32", "openvino")}
 
@@ -64,9 +64,9 @@ def export(request: pytest.FixtureRequest, yolo_exports: dict[str, Path]) -> tup
 
 @pytest.fixture(scope="module")
 def package(export: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`edge-convert EXPORT -o PKG`, with no other flag."""
+    """`edge-runtime package make EXPORT -o PKG`, with no other flag."""
     out = tmp_path_factory.mktemp(f"package_{export[0]}") / "pkg"
-    command = [str(Path(sys.executable).parent / "edge-convert"), str(export[1]), "-o", str(out)]
+    command = [str(Path(sys.executable).parent / "edge-runtime"), "package", "make", str(export[1]), "-o", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     return out
