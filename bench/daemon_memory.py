@@ -39,7 +39,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
 
 from broker import Mosquitto  # noqa: E402
-from daemon_harness import CountingSubscriber  # noqa: E402
+from daemon_harness import CountingSubscriber, cpu_of  # noqa: E402
 from daemon_objects import objects_sections, write_clip  # noqa: E402
 from models import FACE_PACKAGE, h264_clip  # noqa: E402
 
@@ -53,6 +53,7 @@ class Sample:
     elapsed_s: float
     rss_mb: float
     results: int  # result messages the subscriber has received so far
+    cpu_s: float  # CPU seconds the daemon has used so far, all its threads
 
 
 class EventsSubscriber:
@@ -117,7 +118,8 @@ def watch(
     while (elapsed := time.monotonic() - started) <= seconds + 0.5 * interval:
         if daemon.poll() is not None:
             raise SystemExit(f"the daemon exited with {daemon.returncode} after {elapsed:.0f} s")
-        samples.append(Sample(elapsed, rss_mb(daemon.pid), subscriber.count()))
+        cpu_s = cpu_of(Path(f"/proc/{daemon.pid}/stat"))
+        samples.append(Sample(elapsed, rss_mb(daemon.pid), subscriber.count(), cpu_s))
         if len(samples) % max(1, round(60 / interval)) == 0:
             last = samples[-1]
             print(f"  {last.elapsed_s:6.0f} s  RSS {last.rss_mb:6.1f} MB  results {last.results}", file=sys.stderr)
@@ -135,13 +137,16 @@ def report(samples: list[Sample], seconds: float, warmup: float, command: str) -
     peak = max(s.rss_mb for s in samples)
     end = samples[-1]
     rate = (end.results - start.results) / (end.elapsed_s - start.elapsed_s)
+    busy = (end.cpu_s - start.cpu_s) / (end.elapsed_s - start.elapsed_s)
+    per_result_ms = (end.cpu_s - start.cpu_s) * 1000 / max(1, end.results - start.results)
     small = "met" if peak < RSS_GOAL_MB else "NOT met"
     flat = "met" if slope < SLOPE_GOAL_MB_PER_MIN else "NOT met"
     return "\n".join(
         [
             f"command: {command}",
             f"{len(samples)} samples every {samples[1].elapsed_s - samples[0].elapsed_s:.0f} s over {seconds:.0f} s; "
-            f"{end.results} results received ({rate:.1f}/s after the warm-up)",
+            f"{end.results} results received ({rate:.1f}/s after the warm-up); the daemon used {busy:.1%} of one core "
+            f"after the warm-up, {per_result_ms:.2f} ms of CPU per result",
             "",
             "| RSS at start (after warm-up) | max | end | slope, second half | goal < 250 MB | goal: no growth |",
             "|---:|---:|---:|---:|---|---|",

@@ -10,14 +10,22 @@ file the daemon plays in a loop in real time).
 
 The objects config follows docs/recipes/objects-zones-lines.md with 10 zones and 10 lines: zone bands a
 tenth of the width each, the full height, and vertical lines through their middles.
+
+Run alone, it checks in process that the objects stage and its outputs let go of every object that ended:
+after each cycle of the scene nothing is left held, and traced Python memory stays where it was.
+
+    python bench/daemon_objects.py [--cycles 600] [--every 100]
 """
 
 from __future__ import annotations
 
+import argparse
+import gc
 import statistics
 import sys
 import threading
 import time
+import tracemalloc
 from collections import Counter
 from dataclasses import dataclass
 from functools import partial
@@ -26,18 +34,24 @@ from typing import Any
 
 import cv2
 import numpy as np
-from daemon_harness import DEVICE_ID, Daemon, alternate, cpu_seconds, load
-from models import FACE_PACKAGE
 
+from edge_runtime.decoders.decoded import Detections
 from edge_runtime.mqtt.publisher import Publisher
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.pipeline.object_outputs import ObjectOutputs
-from edge_runtime.pipeline.objects import ObjectListener, ZonesOf
+from edge_runtime.pipeline.objects import ObjectListener, ObjectStage, ZonesOf
+from edge_runtime.pipeline.preprocess import ImagePreprocessor
 from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceConfig
 from edge_runtime.tracking import TrackConfig
 from edge_runtime.tracking.events import EventsConfig
 from edge_runtime.tracking.lines import LineConfig
 from edge_runtime.tracking.zones import ZoneConfig
+
+BENCH = Path(__file__).resolve().parent
+sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
+
+from daemon_harness import DEVICE_ID, Daemon, alternate, cpu_seconds, decoder_for, load  # noqa: E402
+from models import FACE_PACKAGE  # noqa: E402
 
 PHOTO = Path(__file__).resolve().parents[1] / "samples/images/astronaut.jpg"
 CAMERA_FPS = 30.0
@@ -249,3 +263,75 @@ def tracking_part(daemon: Daemon, rounds: int, seconds: float) -> str:
     told = ", ".join(f"{count * per:.1f} {kind}" for kind, count in sorted(last.tally.items()))
     table += ["", f"Per 1,000 results in the last round with zones, lines and events: {told or 'nothing'}."]
     return "\n".join(table)
+
+
+# -- what the objects hold, in process -----------------------------------------------------------------
+
+
+def held_after_cycles(cycles: int, report_every: int) -> list[str]:
+    """The objects stage and its outputs on `cycles` cycles of the scene (detections decoded once per scene
+    frame), without a daemon: after each reported cycle, what each part still holds (by its `len`) and the
+    Python memory traced since the start. Every object has ended by a cycle's last frame, so all should be 0."""
+    model = load(FACE_PACKAGE, "latency")
+    try:
+        preprocess, decoder = ImagePreprocessor(model.input_specs[0], model.inputs[0]), decoder_for(model)
+        frames, decoded = scene_frames(), []
+        for image in frames:
+            tensor, transform = preprocess(image)
+            found = decoder.decode(model.infer([tensor]), model.outputs, transform)
+            assert isinstance(found, Detections)
+            decoded.append(found)
+    finally:
+        model.close()
+    sections, messages = objects_sections(), Counter[str]()
+
+    class CountingSink:
+        def publish(self, topic: str, payload: bytes, qos: int, retain: bool) -> None:
+            messages[topic.rsplit("/", 1)[-1]] += 1
+
+    outputs = ObjectOutputs(
+        pipeline=PIPELINE,
+        topics=Topics("edge", DEVICE_ID),
+        sink=CountingSink(),
+        retained=lambda _topic, _payload: None,
+        labels=["face"],
+        zones={name: ZoneConfig.model_validate(zone) for name, zone in sections["zones"].items()},
+        lines={name: LineConfig.model_validate(line) for name, line in sections["lines"].items()},
+        events=EventsConfig.model_validate(sections["events"]),
+    )
+    stage = ObjectStage(TrackConfig.model_validate(sections["track"]), [outputs], zones_of=outputs.zones_of)
+    stage.start()
+    clock, index, lines = 1000.0, 0, []
+    tracemalloc.start()
+    for cycle in range(1, cycles + 1):
+        for image, found in zip(frames, decoded, strict=True):
+            stage.on_frame(Frame(image, index, clock + index / CAMERA_FPS, "scene"), found)
+            index += 1
+        if cycle % report_every == 0 or cycle == 1:
+            gc.collect()
+            held = {
+                "tracks": len(stage.tracker),
+                "events": len(outputs.events or ()),
+                "zone states": len(outputs.zones or ()),
+                "line states": len(outputs.lines or ()),
+                "kept views": len(outputs.views or ()),
+            }
+            traced_kb = tracemalloc.get_traced_memory()[0] / 1024
+            lines.append(
+                f"| {cycle} | {index} | {messages['events']} | {messages['snapshot']} | "
+                + " | ".join(str(v) for v in held.values())
+                + f" | {traced_kb:.1f} |"
+            )
+    tracemalloc.stop()
+    held_names = "tracks | events | zone states | line states | kept views"
+    header = f"| cycles | frames | event messages | pictures | {held_names} | traced KB |"
+    return [header, "|" + "---:|" * 10, *lines]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=held_after_cycles.__doc__)
+    parser.add_argument("--cycles", type=int, default=600)
+    parser.add_argument("--every", type=int, default=100)
+    arguments = parser.parse_args()
+    print(f"command: python bench/daemon_objects.py --cycles {arguments.cycles} --every {arguments.every}")
+    print("\n".join(held_after_cycles(arguments.cycles, arguments.every)))
