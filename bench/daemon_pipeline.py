@@ -20,8 +20,12 @@ tables give medians over the rounds.
 - video: an H.264 640×480 file through the pipeline (file source, policy every, not realtime)
   against a loop doing read → preprocess → infer → decode → publish at QoS 1 and wait for the ack,
   one after the other, on the face detector. Goal: pipelined ≥ 1.3× naive.
+- tracking: the face detector in the throughput setting on a scene where faces walk across and leave
+  (`daemon_objects.py`), with tracking off, with `track:`, and with `track:`, 10 zones, 10 lines and
+  events as docs/recipes/objects-zones-lines.md configures them; result messages per second, CPU ms per
+  result by thread, and what the objects published. Goal: tracking within 3% of off.
 
-    python bench/daemon_pipeline.py [--rounds 5] [--seconds 5] [--parts throughput latency video]
+    python bench/daemon_pipeline.py [--rounds 5] [--seconds 5] [--parts throughput latency video tracking]
 """
 
 from __future__ import annotations
