@@ -12,8 +12,10 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,10 +31,12 @@ from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.mqtt.spool import Spool
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.loader import open_package
+from edge_runtime.pipeline.objects import ObjectListener, ZonesOf
 from edge_runtime.pipeline.outputs import PublishPolicy
 from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.model import LoadedModel, load_model
 from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceConfig
+from edge_runtime.tracking import TrackConfig
 
 VARIANT = "openvino/fp32"
 DEVICE_ID = "bench-box"
@@ -145,9 +149,12 @@ class TimedConnection(MqttConnection):
         super().__init__(settings, client_id)
         self.recording = False
         self.published_at: dict[int, float] = {}  # result index -> wall-clock time it was handed to paho
+        self.results_handed = 0  # result messages handed to paho, not events, crossings or states
 
     def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> int | None:
         handed = super().publish(topic, payload, qos, retain)
+        if handed is not None and topic.endswith("/result"):
+            self.results_handed += 1
         if self.recording and handed is not None and (index := _INDEX.search(payload)) is not None:
             self.published_at[int(index.group(1))] = time.time()
         return handed
@@ -174,7 +181,15 @@ class Daemon:
     def acked(self) -> int:
         return self.publisher.stats().acked
 
-    def run(self, model: LoadedModel, source: Source) -> Pipeline:
+    def run(
+        self,
+        model: LoadedModel,
+        source: Source,
+        track: TrackConfig | None = None,
+        listeners: Sequence[ObjectListener] = (),
+        zones_of: ZonesOf | None = None,
+    ) -> Pipeline:
+        """A started pipeline publishing through this daemon's publisher; with `track`, following objects."""
         pipeline = Pipeline(
             name="bench",
             topics=Topics("edge", DEVICE_ID),
@@ -184,6 +199,9 @@ class Daemon:
             input_spec=model.input_specs[0],
             policy=PublishPolicy(qos=1),
             sink=self.publisher,
+            track=track,
+            object_listeners=listeners,
+            zones_of=zones_of,
         )
         pipeline.start()
         return pipeline
@@ -199,6 +217,16 @@ class Daemon:
         self.publisher.close()
         self.connection.stop()
         self.spool.close()
+
+
+def alternate(rounds: int, *sides: Callable[[], float]) -> list[list[float]]:
+    """Each side once per round, in turn, so that drift of the machine reaches every side alike."""
+    values: list[list[float]] = [[] for _ in sides]
+    for index in range(rounds):
+        for side, found in zip(sides, values, strict=True):
+            found.append(side())
+        print(f"  round {index + 1}: " + ", ".join(f"{v[-1]:.3f}" for v in values), file=sys.stderr)
+    return values
 
 
 def load(package_dir: Path, hint: str) -> LoadedModel:

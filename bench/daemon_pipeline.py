@@ -20,8 +20,12 @@ tables give medians over the rounds.
 - video: an H.264 640×480 file through the pipeline (file source, policy every, not realtime)
   against a loop doing read → preprocess → infer → decode → publish at QoS 1 and wait for the ack,
   one after the other, on the face detector. Goal: pipelined ≥ 1.3× naive.
+- tracking: the face detector in the throughput setting on a scene where faces walk across and leave
+  (`daemon_objects.py`), with tracking off, with `track:`, and with `track:`, 10 zones, 10 lines and
+  events as docs/recipes/objects-zones-lines.md configures them; result messages per second, CPU ms per
+  result by thread, and what the objects published. Goal: tracking within 3% of off.
 
-    python bench/daemon_pipeline.py [--rounds 5] [--seconds 5] [--parts throughput latency video]
+    python bench/daemon_pipeline.py [--rounds 5] [--seconds 5] [--parts throughput latency video tracking]
 """
 
 from __future__ import annotations
@@ -66,15 +70,22 @@ from daemon_harness import (  # noqa: E402
     Daemon,
     DroppedResults,
     StillFrames,
+    alternate,
     cpu_of,
     cpu_seconds,
     decoder_for,
     load,
 )
+from daemon_objects import tracking_part  # noqa: E402
 from models import FACE_PACKAGE, camera_frame, h264_clip, mobilenet_v2_package  # noqa: E402
 
 WARMUP_S = 1.0
-PARTS = {"throughput": "Throughput", "latency": "Latency, one frame at a time", "video": "H.264 file, pipelined"}
+PARTS = {
+    "throughput": "Throughput",
+    "latency": "Latency, one frame at a time",
+    "video": "H.264 file, pipelined",
+    "tracking": "Tracking on and off",
+}
 
 # -- the measurements ------------------------------------------------------------------------------
 
@@ -230,16 +241,6 @@ def video_naive(broker: Mosquitto, clip: Path, frames: int) -> float:
 # -- rounds and tables -----------------------------------------------------------------------------
 
 
-def alternate(rounds: int, *sides: Callable[[], float]) -> list[list[float]]:
-    """Each side once per round, in turn, so that drift of the machine reaches every side alike."""
-    values: list[list[float]] = [[] for _ in sides]
-    for index in range(rounds):
-        for side, found in zip(sides, values, strict=True):
-            found.append(side())
-        print(f"  round {index + 1}: " + ", ".join(f"{v[-1]:.3f}" for v in values), file=sys.stderr)
-    return values
-
-
 def throughput_part(daemon: Daemon, models: dict[str, Path], image: np.ndarray, args: argparse.Namespace) -> str:
     table = [
         "| model | pipeline FPS (acked) | benchmark_app FPS | ratio | goal ≥ 0.95 "
@@ -367,10 +368,11 @@ def main() -> None:
             "throughput": lambda: throughput_part(daemon, models, image, args),
             "latency": lambda: latency_part(daemon, models, image, args),
             "video": lambda: video_part(daemon, clip, frames, args.rounds),
+            "tracking": lambda: tracking_part(daemon, args.rounds, args.seconds),
         }
         try:
             tables = [(PARTS[part], parts[part]()) for part in args.parts]
-            expected = daemon.acked + (args.rounds * frames if "video" in args.parts else 0)
+            expected = daemon.connection.results_handed + (args.rounds * frames if "video" in args.parts else 0)
             time.sleep(1.0)
             arrived = subscriber.count()
         finally:

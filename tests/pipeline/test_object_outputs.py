@@ -213,6 +213,27 @@ def test_an_event_s_pictures_go_best_effort_and_its_label_s_picture_is_retained(
     assert [json.loads(view)["box"] for view in described] == [list(walker(1))]
 
 
+def test_people_coming_and_going_leave_nothing_held_once_each_has_ended() -> None:
+    """A box runs for months: every part that keeps state per object must let it go when the object ends."""
+    run = started(events=EventsConfig())
+    walks, step = 12, 0
+    for _ in range(walks):
+        for offset in range(16):
+            run.frame(step, walker(offset))
+            step += 1
+        for _ in range(5):  # nobody: the person ends once lost_after_s has passed
+            run.frame(step)
+            step += 1
+        outputs = run.outputs
+        assert outputs.events is not None and outputs.zones is not None and outputs.lines is not None
+        assert outputs.views is not None
+        held = (len(run.stage.tracker), len(outputs.events), len(outputs.zones), len(outputs.lines), len(outputs.views))
+        assert held == (0, 0, 0, 0, 0)
+    types = [event["type"] for event in run.events()]
+    assert types.count("new") == types.count("end") == walks
+    assert len(run.crossings()) == walks and run.errors == []
+
+
 def test_an_object_that_leaves_while_the_scene_is_still_ends_through_a_coast() -> None:
     run = started(events=EventsConfig(snapshot={"enabled": False}))
     walk(run)
