@@ -2,9 +2,10 @@
 
 Each export (ONNX, OpenVINO) becomes a package through `edge-runtime package make EXPORT -o PKG` and nothing
 else, the road the docs give for a model that runs as exported: the task, labels, letterbox with grey 114
-borders and the `yolo` decoder come from the metadata Ultralytics wrote. The same image files then go through `YOLO(EXPORT).predict` and through edge_runtime's `Pipeline`
-(folder source, preprocessing, backend, decoder, result message) on the same runtime: ONNX Runtime for the
-ONNX export, OpenVINO at f32 for the IR. Both use the same thresholds, and must report the same
+borders and the `yolo` decoder come from the metadata Ultralytics wrote. The same image files then go
+through `YOLO(EXPORT).predict` and through edge_runtime's `Pipeline` (folder source, preprocessing,
+backend, decoder, result message) on the same runtime: ONNX Runtime for the ONNX export, OpenVINO at f32
+for the IR. Both use the same thresholds, and must report the same
 detections: same number, same classes, boxes with IoU ≥ 0.99 and corners within 0.06 px (the result
 message rounds to 0.1 px), scores within 1e-3. Measured: IoU ≥ 0.9976, corners within 0.05 px, scores
 within 5e-5 (the message rounds them to 4 decimals).
