@@ -77,6 +77,10 @@ class StillFrames(Source):
             raise EndOfSource
         index = self.stats.delivered
         self.stats.delivered += 1
+        return self.frame(index)
+
+    def frame(self, index: int) -> Frame:
+        """The `index`-th frame read, captured now."""
         self.captured_at[index] = now = time.time()
         return Frame(self.image, index, now, self.name)
 

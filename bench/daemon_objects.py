@@ -41,7 +41,7 @@ from edge_runtime.mqtt.topics import Topics
 from edge_runtime.pipeline.object_outputs import ObjectOutputs
 from edge_runtime.pipeline.objects import ObjectListener, ObjectStage, ZonesOf
 from edge_runtime.pipeline.preprocess import ImagePreprocessor
-from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceConfig
+from edge_runtime.sources.base import Frame
 from edge_runtime.tracking import TrackConfig
 from edge_runtime.tracking.events import EventsConfig
 from edge_runtime.tracking.lines import LineConfig
@@ -50,7 +50,7 @@ from edge_runtime.tracking.zones import ZoneConfig
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
 
-from daemon_harness import DEVICE_ID, Daemon, alternate, cpu_seconds, decoder_for, load  # noqa: E402
+from daemon_harness import DEVICE_ID, Daemon, StillFrames, alternate, cpu_seconds, decoder_for, load  # noqa: E402
 from models import FACE_PACKAGE  # noqa: E402
 
 PHOTO = Path(__file__).resolve().parents[1] / "samples/images/astronaut.jpg"
@@ -118,7 +118,7 @@ def write_clip(path: Path, cycles: int = 3) -> Path:
     return path
 
 
-class SceneFrames(Source):
+class SceneFrames(StillFrames):
     """The scene's frames in a loop, as fast as they are read, stamped with a 30 fps camera clock.
 
     The clock starts a day in the past so that it stays behind the wall clock however fast frames go."""
@@ -126,30 +126,12 @@ class SceneFrames(Source):
     types = ("scene",)
 
     def __init__(self, frames: list[np.ndarray], gate: threading.Event | None = None) -> None:
-        super().__init__(SourceConfig(), "scene")
+        super().__init__(frames[0], gate)
         self.frames = frames
-        self.gate = gate
         self._clock = time.time() - 86400.0
-        self._closed = False
 
-    def start(self) -> None:
-        self.stats.connected = True
-
-    def read(self, timeout: float) -> Frame | None:
-        if self.gate is not None:
-            if not self.gate.wait(timeout):
-                return None
-            self.gate.clear()
-        if self._closed:
-            raise EndOfSource
-        index = self.stats.delivered
-        self.stats.delivered += 1
+    def frame(self, index: int) -> Frame:
         return Frame(self.frames[index % len(self.frames)], index, self._clock + index / CAMERA_FPS, self.name)
-
-    def close(self) -> None:
-        self._closed = True
-        if self.gate is not None:
-            self.gate.set()
 
 
 # -- the tracking part of daemon_pipeline.py ---------------------------------------------------------
