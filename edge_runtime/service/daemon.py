@@ -283,8 +283,10 @@ class Daemon:
                 log.warning("reload: the %s section changed; restart the service to apply it", section)
         for name in (*diff.removed, *diff.changed):
             self._stop_pipeline(name, timeout=5.0)
-        for name in diff.removed:  # no model, count or occupancy left retained for a pipeline gone
+        for name in diff.removed:  # no model, count, occupancy, snapshot or mask left retained for a pipeline gone
             self.states.clear_under(self.topics.pipeline(name))
+            for published in (self.topics.snapshot(name), self.topics.mask(name)):  # retained by the publisher
+                self.states.put(published, b"")
         self.config = new
         before_start = self.states.mark()
         for name in (*diff.added, *diff.changed):

@@ -267,10 +267,13 @@ def test_a_reload_clears_the_retained_states_a_pipeline_no_longer_has(
     empty = render(tmp_path / "empty.avi", astronaut_bgr, [], 20)
     looping = {"type": "file", "path": str(empty), "realtime": True, "loop": True}
     yard = {"polygon": [[0.0, 0.5], [1.0, 0.5], [1.0, 1.0], [0.0, 1.0]]}
-    first = {"name": "faces", "source": looping, "model": {"path": str(FACE_MODEL)}, "track": TRACK}
+    snapshots = {"snapshot": {"enabled": True, "max_rate_hz": 5}}  # retained by the publisher, not as a state
+    first = {"name": "faces", "source": looping, "model": {"path": str(FACE_MODEL)}, "track": TRACK,
+             "publish": snapshots}  # fmt: skip
     config = write_config(mosquitto, [first | {"zones": {"yard": yard}}])
     daemon = run_daemon(config)
     assert wait_for(lambda: f"{BASE}/zone/yard/occupied" in retained_now(mosquitto), 60), daemon.log
+    assert wait_for(lambda: f"{BASE}/snapshot" in retained_now(mosquitto), 30), daemon.log
 
     write_config(mosquitto, [first | {"zones": {"porch": yard}}])  # the zone renamed: the pipeline changed
     daemon.signal(signal.SIGHUP)
