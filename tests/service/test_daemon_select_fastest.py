@@ -33,8 +33,9 @@ def test_a_pipeline_set_to_select_fastest_moves_to_the_measured_choice_without_l
     tmp_path: Path,
 ) -> None:
     watcher = mosquitto.subscribe_collect("edge/test-box/#")
-    source = {"type": "file", "path": str(clip(900)), "realtime": True}  # 90 s at 10 fps: longer than measuring
-    pipeline = face_pipeline(clip(900), source=source, model={"path": str(FACE_MODEL), "select": "fastest"})
+    video = clip(900)
+    source = {"type": "file", "path": str(video), "realtime": True}  # 90 s at 10 fps: longer than measuring
+    pipeline = face_pipeline(video, source=source, model={"path": str(FACE_MODEL), "select": "fastest"})
     config = write_config(mosquitto, [pipeline])
     daemon = run_daemon(config)
 
