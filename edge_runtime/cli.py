@@ -142,7 +142,16 @@ def _add_box_commands(commands: Commands) -> None:
     bench.add_argument("--device", help="only this device, e.g. CPU, GPU, NPU, CUDA")
     bench.add_argument("--precision", choices=PRECISIONS, help="run at this precision")
     bench.add_argument("--variant", help="only this variant of the package, e.g. openvino/int8")
-    bench.add_argument("--seconds", type=float, default=5.0, metavar="SECONDS", help="measuring time per choice")
+    bench.add_argument(
+        "--seconds", type=float, default=5.0, metavar="SECONDS", help="time per choice for latency, and for throughput"
+    )
+    bench.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        metavar="N",
+        help="split each choice's time into N rounds, alternating between the choices; figures are medians over them",
+    )
     bench.add_argument(
         "--hint",
         choices=("latency", "throughput"),

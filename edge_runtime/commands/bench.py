@@ -10,58 +10,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from edge_runtime.backends import BACKENDS, backend_class
-from edge_runtime.backends.base import RunsOn
 from edge_runtime.config.directories import default_state_dir
 from edge_runtime.errors import EdgeRuntimeError
-from edge_runtime.hardware.facts import Hardware
-from edge_runtime.measure.benchmark import Measurement, Progress, bench_feed, measure_latency, measure_throughput
-from edge_runtime.measure.fidelity import DEFAULT_TOLERANCE, FidelityReport, compare, load_reference
+from edge_runtime.measure.benchmark import Progress
+from edge_runtime.measure.choices import ChoiceResult, every_runnable_choice, measure_choices, store_fastest
+from edge_runtime.measure.fidelity import DEFAULT_TOLERANCE, FidelityReport
 from edge_runtime.package.loader import ModelPackage, open_package
-from edge_runtime.placement.loading import Box, load_candidate, look_at_box, select_for
-from edge_runtime.placement.model import LoadedModel
-from edge_runtime.placement.profiles import Choice, DeviceProfile
-from edge_runtime.placement.selection import Candidate, Overrides, model_key, select, store_choice
-
-
-@dataclass
-class ChoiceResult:
-    candidate: Candidate
-    runs_on: RunsOn | None = None
-    load_ms: float | None = None
-    measurement: Measurement | None = None
-    fidelity: FidelityReport | None = None
-    error: str | None = None
-    model: LoadedModel | None = field(default=None, repr=False)
-
-    @property
-    def label(self) -> str:
-        return self.candidate.choice.label()
-
-    @property
-    def usable(self) -> bool:
-        return self.error is None and (self.fidelity is None or self.fidelity.passed)
-
-    def to_dict(self) -> dict[str, Any]:
-        runs_on = self.runs_on
-        return {
-            "choice": self.label,
-            "backend": self.candidate.choice.backend,
-            "device": runs_on.device if runs_on else self.candidate.choice.device,
-            "device_name": runs_on.device_name if runs_on else self.candidate.device_name,
-            "variant": self.candidate.variant_id,
-            "precision": runs_on.precision if runs_on else None,
-            "details": dict(runs_on.details) if runs_on else {},
-            "load_ms": self.load_ms,
-            **(self.measurement.to_dict() if self.measurement else {"latency": None, "throughput": None}),
-            "fidelity": self.fidelity.to_dict() if self.fidelity else None,
-            "error": self.error,
-        }
+from edge_runtime.placement.loading import Box, look_at_box, select_for
+from edge_runtime.placement.selection import Overrides
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -77,96 +35,22 @@ def run_bench(args: argparse.Namespace) -> int:
         raise EdgeRuntimeError(f"nothing can run model {package.name} on this box; see `edge-runtime probe --model`")
     check = args.compare or args.select
     tolerance = args.tolerance if args.tolerance is not None else DEFAULT_TOLERANCE
-    results = measure_all(package, candidates, args, check, tolerance)
-    stored = store_fastest(package, results, args.hint, state_dir) if args.select else None
+    results = measure_choices(
+        package,
+        candidates,
+        hint=args.hint,
+        seconds=args.seconds,
+        rounds=args.rounds,
+        threads=args.threads,
+        tolerance=tolerance if check else None,
+        progress=Progress(len(candidates) * args.rounds),
+    )
+    stored = store_fastest(package, results, args.hint, state_dir, "bench --select") if args.select else None
     if args.json:
         print(json.dumps(bench_report(package, box, args, tolerance, results, stored), indent=2))
     else:
         print(render(package, results, args.hint, stored))
     return 0 if any(r.usable for r in results) else 1
-
-
-def every_runnable_choice(package: ModelPackage, hardware: Hardware, overrides: Overrides) -> list[Candidate]:
-    """Every backend, device, loadable variant and precision this box offers, as candidates with reasons."""
-    choices = []
-    for backend, status in hardware.libraries.items():
-        if not status.available:
-            continue
-        for fields in backend_class(backend).measurable_choices(status, hardware):
-            for variant_id, variant in package.manifest.variants.items():
-                if variant.format in BACKENDS[backend].formats:
-                    choices.append(Choice.model_validate({"backend": backend, **fields, "variants": [variant_id]}))
-    if not choices:
-        return []
-    profile = DeviceProfile(name="bench-select", choices=tuple(choices))
-    return select(package, hardware, profile=profile, overrides=overrides).runnable()
-
-
-def measure_all(
-    package: ModelPackage, candidates: list[Candidate], args: argparse.Namespace, check: bool, tolerance: float
-) -> list[ChoiceResult]:
-    progress = Progress(len(candidates))
-    references: dict[str, LoadedModel] = {}
-    results = []
-    try:
-        for candidate in candidates:
-            progress.start(f"{candidate.choice.label()} {candidate.variant_id}")
-            result = ChoiceResult(candidate)
-            try:
-                measure_one(package, result, args, progress)
-                if check and result.model is not None:
-                    reference = load_reference(package, candidate.variant_id, references)
-                    result.fidelity = compare(result.model, reference, tolerance=tolerance)
-            except EdgeRuntimeError as error:
-                result.error = str(error)
-            finally:
-                if result.model is not None:
-                    result.model.close()
-                    result.model = None
-            results.append(result)
-    finally:
-        progress.finish()
-        for model in references.values():
-            model.close()
-    return results
-
-
-def measure_one(package: ModelPackage, result: ChoiceResult, args: argparse.Namespace, progress: Progress) -> None:
-    choice = result.candidate.choice
-    choice = choice.model_copy(update={"hint": args.hint, "threads": args.threads or choice.threads})
-    started = time.perf_counter()
-    model = load_candidate(package, replace(result.candidate, choice=choice))
-    result.load_ms = (time.perf_counter() - started) * 1000
-    result.model = model
-    result.runs_on = model.backend.runs_on
-    feed = bench_feed(model)
-    latency = measure_latency(model, feed, args.seconds, progress=progress)
-    throughput = measure_throughput(model, feed, args.seconds, progress=progress)
-    result.measurement = Measurement(latency, throughput)
-
-
-def store_fastest(
-    package: ModelPackage, results: list[ChoiceResult], hint: str, state_dir: Path
-) -> ChoiceResult | None:
-    """Store the fastest choice within tolerance: lowest median latency, or highest throughput."""
-    usable = [r for r in results if r.usable and r.measurement is not None]
-    if not usable:
-        return None
-
-    def speed(result: ChoiceResult) -> float:
-        measured = result.measurement
-        assert measured is not None and measured.throughput is not None
-        return -measured.throughput.throughput_fps if hint == "throughput" else measured.latency.median_ms
-
-    best = min(usable, key=speed)
-    assert best.measurement is not None and best.candidate.variant_id is not None
-    metrics = {"median_ms": best.measurement.latency.median_ms}
-    if best.measurement.throughput is not None:
-        metrics["throughput_fps"] = best.measurement.throughput.throughput_fps
-    if best.fidelity is not None:
-        metrics["max_rel_error"] = best.fidelity.max_rel_error
-    store_choice(state_dir, model_key(package), best.candidate.choice, best.candidate.variant_id, metrics)
-    return best
 
 
 def bench_report(
@@ -182,6 +66,7 @@ def bench_report(
         "profile": box.match.profile.name if box.match.profile else None,
         "cpu": box.hardware.cpu.model,
         "seconds": args.seconds,
+        "rounds": args.rounds,
         "hint": args.hint,
         "tolerance": tolerance if (args.compare or args.select) else None,
         "results": [r.to_dict() for r in results],

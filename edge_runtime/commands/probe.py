@@ -11,29 +11,43 @@ from edge_runtime.config.directories import default_state_dir
 from edge_runtime.hardware.facts import CpuInfo, Hardware
 from edge_runtime.package.loader import open_package
 from edge_runtime.placement.loading import Box, look_at_box, select_for
-from edge_runtime.placement.selection import Selection
+from edge_runtime.placement.selection import Selection, StoredChoice, load_stored_choice, model_key
 from edge_runtime.serving.batch_choice import BATCH_MARGIN, BatchChoices, Throughputs
 
 
 def run_probe(args: argparse.Namespace) -> int:
     box = look_at_box(args.root, args.profiles)
-    selection = None
+    state_dir = args.state_dir or default_state_dir()
+    selection = stored = None
     if args.model is not None:
-        selection = select_for(open_package(args.model), box, state_dir=args.state_dir or default_state_dir())
-    batching = BatchChoices(args.state_dir or default_state_dir()).remembered()
+        package = open_package(args.model)
+        selection = select_for(package, box, state_dir=state_dir)
+        stored = load_stored_choice(state_dir, model_key(package))
+    batching = BatchChoices(state_dir).remembered()
     if args.json:
-        print(json.dumps(probe_report(box, selection, batching), indent=2, default=str))
+        print(json.dumps(probe_report(box, selection, batching, stored), indent=2, default=str))
     else:
-        print(render(box, selection, batching))
+        print(render(box, selection, batching, stored))
     return 0
 
 
 def probe_report(
-    box: Box, selection: Selection | None, batching: list[tuple[str, Throughputs]] | None = None
+    box: Box,
+    selection: Selection | None,
+    batching: list[tuple[str, Throughputs]] | None = None,
+    stored: StoredChoice | None = None,
 ) -> dict[str, Any]:
     report: dict[str, Any] = {"hardware": box.hardware.to_dict(), "profile": box.match.to_dict()}
     if selection is not None:
         report["selection"] = selection.to_dict()
+    if stored is not None:
+        report["measured_choice"] = {
+            "variant": stored.variant_id,
+            "choice": stored.choice.label(),
+            "chosen_by": stored.chosen_by,
+            "stored_at": stored.stored_at,
+            "figures": dict(stored.metrics),
+        }
     if batching:
         report["batching"] = [
             {"model": model, **asdict(measured), "batches_chosen": measured.ratio >= BATCH_MARGIN}
@@ -54,7 +68,25 @@ def batching_lines(batching: list[tuple[str, Throughputs]]) -> list[str]:
     return lines
 
 
-def render(box: Box, selection: Selection | None, batching: list[tuple[str, Throughputs]] | None = None) -> str:
+def stored_choice_lines(stored: StoredChoice) -> list[str]:
+    """The choice measured on this box for the model, with the figures it won by."""
+    figures = stored.metrics
+    measured = [f"median {figures['median_ms']:.3f} ms"] if "median_ms" in figures else []
+    measured += [f"{figures['throughput_fps']:.1f}/s"] if "throughput_fps" in figures else []
+    measured += [f"largest error {figures['max_rel_error']:.2%} of the range"] if "max_rel_error" in figures else []
+    return [
+        "",
+        f"Measured on this box by {stored.chosen_by} ({stored.stored_at}): {stored.choice.label()} "
+        f"{stored.variant_id}" + (f", {', '.join(measured)}" if measured else ""),
+    ]
+
+
+def render(
+    box: Box,
+    selection: Selection | None,
+    batching: list[tuple[str, Throughputs]] | None = None,
+    stored: StoredChoice | None = None,
+) -> str:
     lines = ["Hardware", *(f"  {name:<10} {value}" for name, value in hardware_lines(box.hardware))]
     lines += ["", "Backends"]
     for key, status in box.hardware.libraries.items():
@@ -74,6 +106,8 @@ def render(box: Box, selection: Selection | None, batching: list[tuple[str, Thro
             lines.append(f"  not {verdict.name}: {'; '.join(verdict.reasons)}")
     if selection is not None:
         lines += ["", "Choices for " + selection.explain()]
+    if stored is not None:
+        lines += stored_choice_lines(stored)
     if batching:
         lines += batching_lines(batching)
     return "\n".join(lines)

@@ -40,6 +40,13 @@ class ModelConfig(StrictModel):
         ge=1,
         description="inferences running at once; default: as many as the backend finds best for the device",
     )
+    select: Literal["profile", "fastest"] = Field(
+        default="profile",
+        description="how the box picks among the package's variants and backends: `profile`, the device profile's "
+        "order; `fastest`, the fastest that stays within fidelity_tolerance (default 2% of the output range), which "
+        "the box measures by itself once per package release, running the profile's choice meanwhile, and keeps "
+        "in its state directory as `bench --select` does. A choice stored by `bench --select` is taken either way",
+    )
     fidelity_tolerance: float | None = Field(
         default=None,
         gt=0,

@@ -16,9 +16,11 @@ from typing import Any
 
 from edge_runtime.backends import backend_class
 from edge_runtime.config import ModelConfig
-from edge_runtime.package.loader import open_package
+from edge_runtime.measure.fidelity import DEFAULT_TOLERANCE
+from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.store import ModelStore
 from edge_runtime.package.trust import TrustPolicy
+from edge_runtime.placement.fastest import FastestChoices
 from edge_runtime.placement.loading import Box, load_selected, select_for
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.placement.selection import Overrides, Selection
@@ -34,10 +36,19 @@ class _Shared:
 
 
 class ModelPool:
-    def __init__(self, box: Box, state_dir: Path, cache_dir: Path, trust: TrustPolicy | None = None) -> None:
+    def __init__(
+        self,
+        box: Box,
+        state_dir: Path,
+        cache_dir: Path,
+        trust: TrustPolicy | None = None,
+        fastest: FastestChoices | None = None,
+    ) -> None:
         """`trust`: when it requires signatures, every package is verified before it is opened, and a
-        refused one raises PackageRefused instead of loading."""
+        refused one raises PackageRefused instead of loading. `fastest`: where a model set to
+        `select: fastest` without a stored choice is sent to be measured."""
         self.box = box
+        self.fastest = fastest
         self.state_dir = state_dir
         self.cache_dir = cache_dir
         self.trust = trust
@@ -74,8 +85,12 @@ class ModelPool:
         overrides = Overrides(config.backend, config.device, config.precision, config.variant)
         selection = select_for(package, self.box, overrides, self.state_dir)
         defaults = _source_defaults(selection, config, unpaced)
-        settings = config.model_dump_json(include=set(ModelConfig.model_fields) - {"path", "max_in_flight"})
-        same_model = f"{path.resolve()}|{settings}|{sorted((options or {}).items())}"
+        if config.select == "fastest":
+            self._measure_unless_stored(package, selection, overrides, config, defaults)
+        settings = config.model_dump_json(include=set(ModelConfig.model_fields) - {"path", "max_in_flight", "select"})
+        chosen = selection.chosen
+        runs = f"{chosen.choice.label()} {chosen.variant_id}" if chosen else ""
+        same_model = f"{path.resolve()}|{settings}|{runs}|{sorted((options or {}).items())}"
         key = f"{same_model}|{defaults}"
         shared = self._models.get(key)
         if shared is None and share_any_pace:
@@ -96,6 +111,21 @@ class ModelPool:
         shared.users.add(user)
         self._user_key[user] = key
         return shared.model
+
+    def _measure_unless_stored(
+        self,
+        package: ModelPackage,
+        selection: Selection,
+        overrides: Overrides,
+        config: ModelConfig,
+        defaults: Mapping[str, str],
+    ) -> None:
+        chosen = selection.chosen
+        if self.fastest is None or (chosen is not None and chosen.origin == "stored"):
+            return
+        hint = config.hint or defaults.get("hint") or (chosen.choice.hint if chosen else None) or "latency"
+        tolerance = config.fidelity_tolerance or DEFAULT_TOLERANCE
+        self.fastest.request(package, overrides, "throughput" if hint == "throughput" else "latency", tolerance)
 
     def resolve(self, path: Path) -> Path:
         """The package at `path`, or the release of it a rollout made active on this box."""

@@ -42,6 +42,8 @@ from edge_runtime.placement.variant_pick import VariantCheck, VariantPick, accur
 log = logging.getLogger(__name__)
 
 Origin = Literal["stored", "override", "profile", "fallback"]
+# Who measured a stored choice: an operator's `bench --select`, or the box itself for a model set to `select: fastest`.
+ChosenBy = Literal["bench --select", "select: fastest"]
 Status = Literal["taken", "runnable", "skipped"]
 
 DELEGATE_FACTS: dict[str, Fact] = {"edgetpu": "edgetpu"}
@@ -106,12 +108,13 @@ class Overrides:
 
 @dataclass(frozen=True)
 class StoredChoice:
-    """The winner of `bench --select` for one model on this box."""
+    """The fastest faithful choice measured for one model on this box, and who measured it."""
 
     choice: Choice
     variant_id: str
     stored_at: str
     metrics: Mapping[str, float]
+    chosen_by: ChosenBy = "bench --select"
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,8 @@ def select(
     if not any(c.runnable for c in candidates):
         candidates += _fallbacks(candidates, overrides, context)
     _warn_of_requested_flagged_variant(package, overrides.variant, candidates)
-    return Selection(package.name, profile.name if profile else None, _mark_taken(candidates, profile))
+    taken_because = {"stored": f"taken (stored by {stored.chosen_by})"} if stored else {}
+    return Selection(package.name, profile.name if profile else None, _mark_taken(candidates, profile, taken_because))
 
 
 def _warn_of_requested_flagged_variant(package: ModelPackage, requested: str | None, found: list[Candidate]) -> None:
@@ -247,7 +251,7 @@ def _consider(origin: Origin, choice: Choice, overrides: Overrides, context: _Co
         problem = pick.problem
     if problem is not None or status is None:
         if origin == "stored":
-            problem = f"stored choice from bench --select no longer runnable: {problem}"
+            problem = f"stored choice no longer runnable: {problem}"
         return Candidate(choice, origin, "skipped", f"skipped: {problem}")
     device_name = backend.device_name(*where, status)
     runs = f"{choice.backend} on {choice.device}" + (f"+{choice.delegate}" if choice.delegate else "")
@@ -261,7 +265,9 @@ def _signature(candidate: Candidate) -> str:
     return f"{candidate.choice.backend} {options} {candidate.variant_id}"
 
 
-def _mark_taken(candidates: list[Candidate], profile: DeviceProfile | None) -> tuple[Candidate, ...]:
+def _mark_taken(
+    candidates: list[Candidate], profile: DeviceProfile | None, taken_because: Mapping[str, str]
+) -> tuple[Candidate, ...]:
     """The first runnable candidate is taken; a later one that would load the very same thing is dropped."""
     marked: list[Candidate] = []
     seen: dict[str, int] = {}
@@ -276,6 +282,7 @@ def _mark_taken(candidates: list[Candidate], profile: DeviceProfile | None) -> t
             taken = True
             why = {
                 "stored": "taken (stored by bench --select)",
+                **taken_because,
                 "override": "taken (as requested)",
                 "profile": "taken",
                 "fallback": f"taken as fallback (nothing in profile {profile.name if profile else '(none)'} "
@@ -318,13 +325,14 @@ def load_stored_choice(state_dir: Path | str, model_key: str) -> StoredChoice | 
         choice = Choice.model_validate(entry["choice"])
         variant_id = str(entry["variant"])
         metrics = {str(k): float(v) for k, v in dict(entry.get("metrics", {})).items()}
+        chosen_by: ChosenBy = "select: fastest" if entry.get("chosen_by") == "select: fastest" else "bench --select"
     except ValidationError as error:
         problems = "; ".join(describe_validation_error(error))
         raise ConfigError(f"stored selection in {path}, model {model_key}: choice.{problems}") from None
     except (KeyError, TypeError, ValueError) as error:
         raise ConfigError(f"stored selection in {path}, model {model_key} is malformed: {error!r}") from None
     choice = choice.model_copy(update={"variants": (variant_id,)})
-    return StoredChoice(choice, variant_id, str(entry.get("stored_at", "")), metrics)
+    return StoredChoice(choice, variant_id, str(entry.get("stored_at", "")), metrics, chosen_by)
 
 
 def store_choice(
@@ -333,32 +341,32 @@ def store_choice(
     choice: Choice,
     variant_id: str,
     metrics: Mapping[str, float] | None = None,
+    chosen_by: ChosenBy = "bench --select",
 ) -> Path:
     """Record the choice for this model, replacing any before it; written atomically."""
     path = Path(state_dir) / STORE_FILE
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return _write_store(path, model_key, choice, variant_id, metrics)
+        return _write_store(path, model_key, {
+            "choice": choice.model_dump(mode="json", exclude_defaults=True),
+            "variant": variant_id,
+            "stored_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "metrics": dict(metrics or {}),
+            "chosen_by": chosen_by,
+        })  # fmt: skip
     except OSError as error:
         raise ConfigError(
             f"cannot store the choice in {path}: {error.strerror}; run as the service's user or pass --state-dir"
         ) from None
 
 
-def _write_store(
-    path: Path, model_key: str, choice: Choice, variant_id: str, metrics: Mapping[str, float] | None
-) -> Path:
+def _write_store(path: Path, model_key: str, entry: dict[str, Any]) -> Path:
     try:
         store = _read_store(path)
     except ConfigError:
         store = {}  # an unreadable store is what a new `bench --select` is meant to replace
     models = dict(store.get("models", {}))
-    models[model_key] = {
-        "choice": choice.model_dump(mode="json", exclude_defaults=True),
-        "variant": variant_id,
-        "stored_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "metrics": dict(metrics or {}),
-    }
+    models[model_key] = entry
     text = json.dumps({"version": STORE_VERSION, "models": models}, indent=2, sort_keys=True)
     replace_file(path, text + "\n")
     return path

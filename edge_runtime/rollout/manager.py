@@ -185,6 +185,13 @@ class Rollouts:
             running[2].set()
             running[1].join(timeout)
 
+    @property
+    def busy(self) -> bool:
+        """A rollout is running: it holds the models it shadows and switches, so nothing else may swap them."""
+        with self._lock:
+            running = self._running
+        return running is not None and running[1].is_alive()
+
     def status(self) -> list[dict[str, Any]]:
         return [record.to_dict() for record in self.journal.records()[-RECENT:]]
 

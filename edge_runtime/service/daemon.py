@@ -13,6 +13,7 @@ import argparse
 import faulthandler
 import json
 import logging
+import queue
 import signal
 import threading
 import time
@@ -36,10 +37,13 @@ from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.trust import TrustPolicy, trusted_keys
 from edge_runtime.pipeline.build import build_pipeline
 from edge_runtime.pipeline.streaming import Pipeline
+from edge_runtime.placement.fastest import FastestChoices
 from edge_runtime.placement.loading import Box, look_at_box
 from edge_runtime.placement.model_pool import ModelPool
+from edge_runtime.placement.selection import model_key
 from edge_runtime.rollout.manager import RolloutHost, Rollouts
 from edge_runtime.service.metrics import serve_metrics
+from edge_runtime.service.model_switch import switch_to_stored_choice
 from edge_runtime.service.notify import SystemdNotifier
 from edge_runtime.service.stats import RateMeter, snapshot_dict
 from edge_runtime.service.watchdog import ProgressWatchdog
@@ -91,7 +95,9 @@ class Daemon:
         self.publisher = Publisher(self.connection, self.spool, config.mqtt.spool)
         self.states = RetainedStates(self.connection)
         trust = TrustPolicy.from_settings(config.trust, config.state_dir)
-        self.model_pool = ModelPool(box, config.state_dir, config.cache_dir, trust)
+        self._fastest_found: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.fastest = FastestChoices(box, config.state_dir, self._fastest_found.put, lambda: self.rollouts.busy)
+        self.model_pool = ModelPool(box, config.state_dir, config.cache_dir, trust, self.fastest)
         self.watchdog = ProgressWatchdog(self.notifier)
         self.serving: Serving | None = None
         host = RolloutHost(
@@ -207,6 +213,7 @@ class Daemon:
             if self._reload.is_set():
                 self._reload.clear()
                 self._apply_reload()
+            self._take_fastest_choices()
             if time.monotonic() >= next_stats:
                 self._publish_stats()
                 next_stats = time.monotonic() + self.config.stats.interval_s
@@ -262,6 +269,12 @@ class Daemon:
         self.watchdog.unregister(name)
         self.model_pool.release(name)
 
+    def _take_fastest_choices(self) -> None:
+        """Pipelines onto the choices `select: fastest` stored; after the running rollout, if one runs."""
+        while not self.rollouts.busy and not self._fastest_found.empty():
+            key = self._fastest_found.get()
+            switch_to_stored_choice(key, self.pipelines, self.config.pipeline, self.model_pool, self.config_path)
+
     def _source_context(self) -> SourceContext:
         return SourceContext(subscribe=self.connection.subscribe)
 
@@ -298,11 +311,16 @@ class Daemon:
 
     def report(self) -> dict[str, Any]:
         pipelines = {}
+        searches = self.fastest.describe()
+        measured_by_box = {p.name for p in self.config.pipelines if p.model.select == "fastest"}
         for name, pipeline in list(self.pipelines.items()):  # the metrics thread reads while a reload edits
             source = pipeline.source.stats
             figures = snapshot_dict(pipeline.stats, self._meter, source.delivered, source.dropped)
             runs_on = pipeline.model.backend.runs_on
             figures["runtime"] = {"backend": runs_on.backend, "device": runs_on.device, "precision": runs_on.precision}
+            figures["runtime"]["variant"] = pipeline.model.variant_id
+            if name in measured_by_box:
+                figures["runtime"]["select_fastest"] = searches.get(model_key(pipeline.model.package), {})
             figures["source"] = {
                 "connected": source.connected,
                 "reconnects": source.reconnects,
@@ -375,6 +393,7 @@ class Daemon:
         if self._stop_metrics is not None:
             self._stop_metrics()
         deadline = time.monotonic() + STOP_BUDGET_S
+        self.fastest.close()  # a measurement cut short stores nothing; the next start measures again
         self.rollouts.close()  # a rollout stopped before it commits rolls back
         if self.control is not None:
             self.control.stop()

@@ -490,7 +490,7 @@ def test_stored_choice_no_longer_runnable(
     stored = load_stored_choice(tmp_path, model_key(face))
     selection = select(face, box("intel-nuc-igpu"), statuses, profiles["intel-igpu"], stored=stored)
     assert reasons(selection)[0] == (
-        "skipped: stored choice from bench --select no longer runnable: NPU not present (/dev/accel/accel* missing)"
+        "skipped: stored choice no longer runnable: NPU not present (/dev/accel/accel* missing)"
     )
     assert selection.chosen is not None and selection.chosen.origin == "profile"
 
