@@ -339,6 +339,7 @@ class Daemon:
             report["serving"] = self.serving.report()
             if self.serving.mqtt is not None:  # requests that named nowhere to answer, so no model either
                 mqtt["requests_dropped"] = self.serving.mqtt.dropped
+            report["serving_refused"] = {"unknown_model": self.serving.unknown_models.count}  # HTTP and MQTT
         if self.control is not None:
             mqtt.update(self.control.figures())
         return report

@@ -64,6 +64,10 @@ class DaemonCollector(Collector):
         pipelines: dict[str, dict[str, Any]] = report.get("pipelines", {})
         yield from _pipeline_metrics(pipelines)
         yield from _serving_metrics(report.get("serving", {}))
+        if "serving_refused" in report:
+            unknown = report["serving_refused"]["unknown_model"]
+            text = "inference requests over HTTP or MQTT for a model this box does not serve (answered 404)"
+            yield CounterMetricFamily("edge_runtime_serving_unknown_model_requests", text, value=float(unknown))
         rollout: dict[str, Any] = report.get("rollout", {})
         for key, text in _ROLLOUT_COUNTERS.items():
             if key in rollout:

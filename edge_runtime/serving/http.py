@@ -35,6 +35,7 @@ from starlette.routing import Route
 from edge_runtime import __version__
 from edge_runtime.pipeline.results import model_record
 from edge_runtime.serving.batching import Place, QueueFull
+from edge_runtime.serving.metrics import UnknownModelRequests
 from edge_runtime.serving.openapi import openapi_document
 from edge_runtime.serving.protocol import (
     HEADER_LENGTH,
@@ -95,7 +96,12 @@ class _Refused(Exception):  # noqa: N818 - an answer, not a fault
         self.headers = dict(headers or {})
 
 
-def build_app(models: Mapping[str, ServedModel], token: str | None, limits: HttpLimits) -> Starlette:
+def build_app(
+    models: Mapping[str, ServedModel],
+    token: str | None,
+    limits: HttpLimits,
+    unknown: UnknownModelRequests | None = None,
+) -> Starlette:
     """The application serving `models`; with `token`, every route but health needs `Authorization: Bearer`.
 
     What a burst can cost is bounded: `max_bytes_in_flight` of bodies, each model's `max_queue_size` requests,
@@ -118,6 +124,8 @@ def build_app(models: Mapping[str, ServedModel], token: str | None, limits: Http
         name = request.path_params["name"]
         model = models.get(name)
         if model is None:
+            if unknown is not None:
+                unknown.add(name, "HTTP")
             raise _Refused(404, f"unknown model {name!r}; served: {', '.join(models) or 'none'}")
         version = request.path_params.get("version")
         if version is not None and version != model.version:

@@ -10,11 +10,31 @@ both read.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from typing import Any
 
-__all__ = ["ModelMetrics"]
+from edge_runtime.sources.logs import ThrottledLog
+
+__all__ = ["ModelMetrics", "UnknownModelRequests"]
+
+log = logging.getLogger(__name__)
+
+
+class UnknownModelRequests:
+    """Requests for a model this box does not serve, over HTTP and MQTT together: a client with a stale
+    model name, or someone probing. Counted for the stats, logged at most once a minute with the name."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+        self._log = ThrottledLog(log, interval_s=60.0)
+
+    def add(self, name: str, via: str) -> None:
+        with self._lock:
+            self.count += 1
+        self._log.log("%s request for unknown model %r answered 404", via, name[:80])
 
 
 class ModelMetrics:

@@ -37,6 +37,7 @@ from edge_runtime.mqtt.connection import MqttConnection
 from edge_runtime.mqtt.replies import NoReplyTopic, Reply, Request, read_request
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.serving.batching import Place, QueueFull
+from edge_runtime.serving.metrics import UnknownModelRequests
 from edge_runtime.serving.protocol import IMAGE_TYPES
 from edge_runtime.serving.served import Prepared, ServedModel, refusal
 
@@ -59,10 +60,12 @@ class MqttRequests:
         models: Mapping[str, ServedModel],
         workers: int = 2,
         share_group: str | None = None,
+        unknown: UnknownModelRequests | None = None,
     ) -> None:
         self.connection = connection
         self.topics = topics
         self.models = models
+        self.unknown = unknown or UnknownModelRequests()
         self.share_group = share_group
         self.fleet: MqttConnection | None = None  # the companion connection, with a share group
         self.dropped = 0  # requests with nowhere to answer, or left unanswered by a fault
@@ -170,6 +173,7 @@ class MqttRequests:
         name = topic.rsplit("/", 1)[-1]
         model = self.models.get(name)
         if model is None:
+            self.unknown.add(name, "MQTT")
             reply.error(404, f"unknown model {name!r}; served: {', '.join(self.models) or 'none'}")
             return
         if request.problem is not None:  # a 3.1.1 envelope too deep to read whole, or holding NaN

@@ -25,7 +25,7 @@ from edge_runtime.placement.model_pool import ModelPool
 from edge_runtime.serving.batch_choice import BatchChoices
 from edge_runtime.serving.batching import Batching, InferenceQueue
 from edge_runtime.serving.http import HttpLimits, build_app
-from edge_runtime.serving.metrics import ModelMetrics
+from edge_runtime.serving.metrics import ModelMetrics, UnknownModelRequests
 from edge_runtime.serving.mqtt import MqttRequests
 from edge_runtime.serving.served import ServedModel
 
@@ -56,6 +56,7 @@ class Serving:
         self.models: dict[str, ServedModel] = {}
         self.choices = BatchChoices(pool.state_dir)
         self.mqtt: MqttRequests | None = None
+        self.unknown_models = UnknownModelRequests()
         self.connections: ConnectionLimits | None = None  # the HTTP endpoint's, once started
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -71,7 +72,10 @@ class Serving:
         if self.settings.http.enabled:
             self._start_http()
         if self.settings.mqtt and self.connection is not None and self.topics is not None:
-            self.mqtt = MqttRequests(self.connection, self.topics, self.models, share_group=self.settings.share_group)
+            self.mqtt = MqttRequests(
+                self.connection, self.topics, self.models, share_group=self.settings.share_group,
+                unknown=self.unknown_models,
+            )  # fmt: skip
             self.mqtt.start()
             log.info("answering requests on %s", self.topics.infer("<model>"))
 
@@ -150,9 +154,8 @@ class Serving:
 
         http = self.settings.http
         token = http.token.get_secret_value() if http.token is not None else None
-        app = build_app(
-            self.models, token, HttpLimits(http.max_body_bytes, http.read_timeout_s, http.max_bytes_in_flight)
-        )
+        limits = HttpLimits(http.max_body_bytes, http.read_timeout_s, http.max_bytes_in_flight)
+        app = build_app(self.models, token, limits, self.unknown_models)
         family = socket.AF_INET6 if ":" in http.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -171,9 +171,7 @@ def test_a_stored_choice_of_a_flagged_variant_is_no_longer_runnable(
     store_choice(tmp_path / "state", model_key(package), generic.choices[1], "onnx/int8")
     stored = load_stored_choice(tmp_path / "state", model_key(package))
     selection = select(package, ryzen(), statuses, generic, stored=stored)
-    assert selection.candidates[0].reason == (
-        f"skipped: stored choice no longer runnable: variant onnx/int8 {LOST}"
-    )
+    assert selection.candidates[0].reason == f"skipped: stored choice no longer runnable: variant onnx/int8 {LOST}"
     assert selection.chosen is not None and selection.chosen.variant_id == "openvino/fp32"
 
 

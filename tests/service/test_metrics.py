@@ -24,6 +24,7 @@ def test_endpoint_serves_the_report_at_scrape_time() -> None:
         "mqtt": {"connected": 1, "spool_depth": 0, "reconnects": 2, "broker": "10.0.0.2:1883", "broker_moves": 1},
         "serving": {"faces": {"request_success": 12, "inference_count": 12, "execution_count": 5,
                               "batch_sizes": {"1": 2, "5": 2}}},
+        "serving_refused": {"unknown_model": 4},
     }  # fmt: skip
     port = free_port()
     stop = serve_metrics(lambda: report, "127.0.0.1", port)
@@ -45,3 +46,4 @@ def test_endpoint_serves_the_report_at_scrape_time() -> None:
     assert 'edge_runtime_serving_inference_count_total{model="faces"} 12.0' in first
     assert 'edge_runtime_serving_execution_count_total{model="faces"} 5.0' in first
     assert 'edge_runtime_serving_batches_total{model="faces",size="5"} 2.0' in first
+    assert "edge_runtime_serving_unknown_model_requests_total 4.0" in first

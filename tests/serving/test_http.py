@@ -246,8 +246,10 @@ def test_malformed_and_truncated_bodies_and_unknown_models(classifier: Serving) 
     headers = {"Inference-Header-Content-Length": str(header_length)}
     status, answer, _ = post(classifier, "/v2/models/classifier/infer", body[:-100], headers)
     assert status == 400 and "binary_data_size 12288, but only 12188 bytes of binary data remain" in answer["error"]
+    unknown_before = classifier.unknown_models.count
     status, answer, _ = post(classifier, "/v2/models/nothing/infer", body, headers)
     assert status == 404 and answer["error"] == "unknown model 'nothing'; served: classifier"
+    assert classifier.unknown_models.count == unknown_before + 1  # counted for the stats, apart from any model
     status, answer, _ = post(classifier, "/v2/models/classifier/versions/7/infer", body, headers)
     assert status == 404 and "serves version 1" in answer["error"]
     status, answer, _ = post(

@@ -187,8 +187,10 @@ def test_mqtt311_requests_travel_in_an_envelope(mosquitto: Mosquitto, served: Se
         client.send("classifier", json.dumps(envelope).encode())
         answer, _ = client.answer()
         assert answer["correlation_id"] == "5" and answer["response"]["outputs"][0]["shape"] == [1, 10]
+        unknown_before = served.unknown_models.count
         client.send("nothing", json.dumps({"reply_to": "app/answers", "correlation_id": "x", "request": {}}).encode())
         answer, _ = client.answer()
+        assert served.unknown_models.count == unknown_before + 1
         assert answer == {
             "correlation_id": "x",
             "served_by": "test-box",
