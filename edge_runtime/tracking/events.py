@@ -25,12 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
 from edge_runtime.config.base import StrictModel
-from edge_runtime.decoders.decoded import Attribute, SubLabel
 from edge_runtime.tracking.config import check_distinct
 from edge_runtime.tracking.objects import TrackedObject, TrackUpdate
 from edge_runtime.tracking.presence import ObjectZones
@@ -46,7 +45,10 @@ from edge_runtime.tracking.snapshots import (
 
 __all__ = ["EventBatch", "EventType", "EventsConfig", "FindingsOf", "ObjectEvents"]
 
-FindingsOf = Callable[[str], tuple[SubLabel | None, tuple[tuple[str, Attribute], ...]]]  # by object id
+if TYPE_CHECKING:  # the decoders' results import OpenCV, which events and counts have no use for
+    from edge_runtime.decoders.decoded import Attribute, SubLabel
+
+FindingsOf = Callable[[str], "tuple[SubLabel | None, tuple[tuple[str, Attribute], ...]]"]  # by object id
 
 EventType = Literal["new", "update", "end"]
 
