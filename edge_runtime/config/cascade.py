@@ -68,10 +68,12 @@ class CascadeStageConfig(StrictModel):
         description="crops per frame at most: without track, the best-scoring detections; with track, the "
         "objects due longest",
     )
-    batch: bool = Field(
-        default=True,
-        description="run a frame's crops as one batch where the backend can free the model's batch dimension "
-        "and a batch gives each crop its own answer; false, or where it cannot: side by side on the async runner",
+    batch: Literal["faster", "always", "never"] = Field(
+        default="faster",
+        description="run a frame's crops as one batch where the backend frees the model's batch dimension and a "
+        "batch gives each crop its own answer: faster: only where batches of max_crops beat crops side by side "
+        "on this box (measured once and remembered, as for served models); always; never: side by side on the "
+        "async runner",
     )
     reinfer: ReinferSettings = Field(
         default_factory=ReinferSettings, description="with track: when an object's crop is run again"

@@ -4,8 +4,8 @@ Written from the same walk of the schema as `docs/reference/config.md`, so it ha
 takes and nothing else. What is active loads as it is, once the user's values replace the placeholders
 of required keys (`Field(examples=...)`): only a model path cannot be made up, and `check-config` says
 so. Optional sections (default null, no entry in a mapping of names, or an empty list of them below the
-top level, as a pipeline's cascade stages) and the other kinds of source are written commented out, one `# ` deep, so that taking one in means removing that much from each of
-its lines.
+top level, as a pipeline's cascade stages) and the other kinds of source are written commented out, one
+`# ` deep, so that taking one in means removing that much from each of its lines.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def config(base_config: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
 
 def test_a_stage_takes_its_defaults_from_deepstream_and_frigate() -> None:
     parsed = CascadeStageConfig.model_validate(stage())
-    assert (parsed.attach, parsed.padding, parsed.batch, parsed.max_crops) == ("attributes", 0.0, True, 16)
+    assert (parsed.attach, parsed.padding, parsed.batch, parsed.max_crops) == ("attributes", 0.0, "faster", 16)
     assert (parsed.reinfer.area_growth, parsed.reinfer.interval_s) == (0.2, 1.0)
     assert (parsed.consensus.min_attempts, parsed.consensus.min_agreement) == (3, 0.6)
 
