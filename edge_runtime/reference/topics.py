@@ -128,7 +128,7 @@ TOPICS = (
         "no",
         "`pipelines[].cascade` with tracking: when a stage with `attach: sub_label` gives a tracked object a "
         "sub-label by consensus over its attempts, or replaces it with another (Frigate's tracked_object_update)",
-        "`{\"type\": \"sub_label\", \"id\", \"label\", \"stage\", \"sub_label\", \"score\", ...}`; the "
+        '`{"type": "sub_label", "id", "label", "stage", "sub_label", "score", ...}`; the '
         "object's events carry the sub-label too, and its next result messages",
         "object_update.schema.json",
     ),
