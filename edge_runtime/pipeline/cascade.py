@@ -199,12 +199,12 @@ class CascadeStage:
         height, width = image.shape[:2]
         crops = []
         for index in chosen:
-            left, top, right, bottom = crop_region(detections[index].box, self.config.padding, width, height)
             try:
+                left, top, right, bottom = crop_region(detections[index].box, self.config.padding, width, height)
                 if right - left < 1 or bottom - top < 1:
                     raise ValueError(f"the crop {left},{top}-{right},{bottom} holds no pixel")
                 tensor, transform = self._preprocess(image[top:bottom, left:right])
-            except Exception as error:  # e.g. a crop too thin for the model's resize
+            except Exception as error:  # no pixel left on the frame, a box that is not a number, a failed resize
                 self.counts.failed += 1
                 log.debug("cascade %s: a crop could not be preprocessed: %s", self.config.name, error)
                 continue

@@ -177,18 +177,20 @@ def test_a_crop_that_cannot_be_preprocessed_is_counted_and_skipped_and_the_rest_
 ) -> None:
     image = clip_frames[0]
     outside = Detection("face", 0.99, (640.0, 100.0, 700.0, 160.0))  # beyond the frame's right edge: no pixel
+    endless = Detection("face", 0.98, (10.0, 10.0, float("inf"), 90.0))  # a box no decoder should give
+    nan = Detection("face", 0.97, (float("nan"), 10.0, 50.0, 90.0))  # not a size at all: not even a candidate
     inside = Detection("face", 0.9, (280.0, 140.0, 380.0, 260.0))
     reports: list[tuple[int, int]] = []
     stage = CascadeStage(stage_config(padding=0.0), landmarks, decoder_of(landmarks))
     cascade = Cascade([stage])
     cascade.report_to(lambda run, failed: reports.append((run, failed)))
     try:
-        result = cascade.on_frame(Frame(image, 0, 0.0, "clip"), Detections((outside, inside))).detections
+        result = cascade.on_frame(Frame(image, 0, 0.0, "clip"), Detections((outside, endless, nan, inside))).detections
     finally:
         stage.close()
-    assert not result[0].attributes and len(points_of(result[1])) == 468
-    assert (stage.counts.run, stage.counts.failed) == (1, 1)
-    assert reports == [(1, 1)]
+    assert not any(d.attributes for d in result[:3]) and len(points_of(result[3])) == 468
+    assert (stage.counts.run, stage.counts.failed) == (1, 2)
+    assert reports == [(1, 2)]
 
 
 def test_with_tracking_a_stage_runs_per_object_when_due_not_per_frame_and_forgets_objects_that_end(
