@@ -3,6 +3,7 @@
 Run on a workstation with network access to PyPI:  python samples/build_samples.py
 - MediaPipe's face and person detectors (Apache-2.0) from the `mediapipe==0.10.14` wheel, each
   packaged with its TFLite original and an OpenVINO IR converted from it;
+- MediaPipe's face landmark model from the same wheel, its TFLite original, for cascades (detector → landmarks);
 - the astronaut photograph (public domain, NASA) from the scikit-image wheel.
 """
 
@@ -131,6 +132,46 @@ def build_mediapipe_detector(wheel: Path, name: str, spec: dict[str, Any]) -> No
     )
 
 
+FACE_LANDMARK = {
+    "member": "mediapipe/modules/face_landmark/face_landmark.tflite",
+    "description": "MediaPipe face mesh: 468 face landmarks (x, y, z) on a face crop, 192x192 RGB in [0, 1]; "
+    "run on the crops of a face detector's boxes with 25 % padding, as MediaPipe's face mesh graph feeds it.",
+}
+
+
+def build_face_landmark(wheel: Path) -> None:
+    """The landmark model as it comes: its first output is 468 x (x, y, z) in input pixels, its second the face's
+    presence as a logit. The keypoint decoder reads x and y; z is depth, not a position in the picture."""
+    name = "face_landmark"
+    root = SAMPLES / "models" / name
+    (root / "tflite" / "fp32").mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as archive:
+        (root / "tflite/fp32/model.tflite").write_bytes(archive.read(FACE_LANDMARK["member"]))
+    variants = {
+        "tflite/fp32": describe_variant(root, ["tflite/fp32/model.tflite"], ModelFormat.TFLITE, Precision.FP32),
+    }
+    write_package(
+        root,
+        variants,
+        name=name,
+        version="0.10.14",
+        task=Task.KEYPOINTS,
+        description=FACE_LANDMARK["description"],
+        license="Apache-2.0",
+        inputs=(
+            InputSpec(
+                shape=(1, 192, 192, 3), layout="NHWC", color_order="RGB", resize="letterbox", mean=(0.0,), std=(255.0,)
+            ),
+        ),
+        output_names=("conv2d_21", "conv2d_31"),
+        labels=(),
+        decoder=DecoderSpec(
+            name="keypoints",
+            params={"format": "coordinates", "output": 0, "num_keypoints": 468, "coordinates": "pixels"},
+        ),
+    )
+
+
 def build_clip(photo: Path, frames: int = 60, fps: float = 10.0) -> None:
     """A short 640x480 clip of the photo panning slowly, for the demo and the daemon's file source."""
     image = cv2.imread(str(photo), cv2.IMREAD_COLOR)
@@ -161,5 +202,6 @@ if __name__ == "__main__":
         mediapipe = fetch_wheel("mediapipe==0.10.14", Path(tmp) / "mediapipe")
         for name, spec in MEDIAPIPE_DETECTORS.items():
             build_mediapipe_detector(mediapipe, name, spec)
+        build_face_landmark(mediapipe)
         build_images(Path(tmp))
     build_clip(SAMPLES / "images" / "astronaut.jpg")

@@ -147,13 +147,14 @@ install_venv() {
         "${pip_options[@]}" "$source_path"
 }
 
-# The bundled sample model and clip, which the example config runs until it names the box's own cameras
-# and models; their licences go with them.
+# The bundled sample models and clip, which the example config runs until it names the box's own cameras
+# and models (the face landmark model for the cascade recipe); their licences go with them.
 install_samples() {
     local share=$destdir$PREFIX/share/samples
     [ -d "$samples/models" ] || { echo "No samples at $samples: the example config will need its own model"; return; }
     run install -d -m 0755 "$share/models" "$share/videos" "$destdir$PREFIX/models"
     run cp -r --no-preserve=ownership "$samples/models/face_detection_short_range" "$share/models/"
+    run cp -r --no-preserve=ownership "$samples/models/face_landmark" "$share/models/"
     run install -m 0644 "$samples/videos/astronaut.mp4" "$samples/LICENSES.md" "$share/videos/"
 }
 

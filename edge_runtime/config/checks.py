@@ -32,8 +32,10 @@ from edge_runtime.config.model import ModelConfig
 from edge_runtime.config.parts import ConfigParts, PipelinePart
 from edge_runtime.config.problems import FieldPath, Problem
 from edge_runtime.config.schema import DecoderOverride, PipelineConfig
+from edge_runtime.decoders.decoded import Decoded
 from edge_runtime.errors import ConfigError, EdgeRuntimeError, ManifestError
 from edge_runtime.package.loader import ModelPackage, open_package
+from edge_runtime.package.manifest import DecoderSpec
 from edge_runtime.package.store import ModelStore
 from edge_runtime.tracking.config import DEFAULT_FILTER
 
@@ -122,6 +124,16 @@ def _check_signatures(
         if part.model is not None
     ]
     models += [
+        (
+            (*part.at, "cascade", index, "model", "path"),
+            f"pipeline '{part.name}' cascade stage '{stage.name}'",
+            stage.model.path,
+        )
+        for part in pipelines
+        if part.whole is not None
+        for index, stage in enumerate(part.whole.cascade)
+    ]
+    models += [
         (("serve", "models", index, "path"), f"served model '{model.name}'", model.path)
         for index, model in parts.served
     ]
@@ -182,7 +194,74 @@ def _check_pipeline_model(part: PipelinePart, store: ModelStore | None, verify: 
     problems, package = _check_model(at, f"pipeline '{part.name}'", part.model, store, verify)
     if package is not None and part.whole is not None:
         problems += _check_against_package(part.at, part.whole, package)
+    if part.whole is not None:
+        problems += _check_cascade(part.at, part.whole, package, store, verify)
     return problems
+
+
+def _check_cascade(
+    at: FieldPath, pipeline: PipelineConfig, detector: ModelPackage | None, store: ModelStore | None, verify: bool
+) -> list[Problem]:
+    """Each cascade stage's model as `run` would open it, what its decoder gives against how the stage attaches
+    it, and each label it runs on against the labels the detector gives: a stage on a label the detector
+    never produces would never run."""
+    from edge_runtime.decoders.decoded import Classifications, Keypoints
+
+    problems = []
+    detector_labels = detector.manifest.labels if detector is not None else ()
+    for index, stage in enumerate(pipeline.cascade):
+        where = (*at, "cascade", index)
+        label = f"pipeline '{pipeline.name}' cascade stage '{stage.name}'"
+        found, package = _check_model((*where, "model"), label, stage.model, store, verify)
+        problems += found
+        gives = _decoder_gives(package.manifest.decoder) if package is not None else None
+        if package is not None and gives is not None:
+            wanted = (Classifications,) if stage.attach == "sub_label" else (Classifications, Keypoints)
+            if not issubclass(gives, wanted):
+                takes = " or ".join(kind.task for kind in wanted)
+                problems.append(
+                    Problem(
+                        (*where, "attach"),
+                        f"attach: {stage.attach} takes {takes} results; model {package.name}'s decoder gives "
+                        f"{gives.task} results",
+                    )
+                )
+        if detector is None:
+            continue
+        for position, name in enumerate(stage.labels):
+            if detector_labels and name not in detector_labels:
+                problems.append(
+                    Problem(
+                        (*where, "labels", position),
+                        f"the detector, model {detector.name}, never produces label {name!r}, so the stage "
+                        f"would never run; its labels: {', '.join(detector_labels)}",
+                    )
+                )
+    if pipeline.cascade and detector is not None:
+        spec = pipeline.decoder.applied_to(detector.manifest.decoder) if pipeline.decoder else detector.manifest.decoder
+        gives = _decoder_gives(spec)
+        from edge_runtime.decoders.decoded import Detections
+
+        if gives is not None and not issubclass(gives, Detections):
+            problems.append(
+                Problem(
+                    (*at, "cascade"),
+                    f"a cascade runs on the crops of detections; model {detector.name}'s decoder gives "
+                    f"{gives.task} results",
+                )
+            )
+    return problems
+
+
+def _decoder_gives(spec: DecoderSpec | None) -> type[Decoded] | None:
+    """The result type the decoder `spec` names gives (raw without one); None for a decoder that does not exist,
+    which the decoder's own check reports."""
+    from edge_runtime.decoders import decoder_class  # imports OpenCV; only needed here
+
+    try:
+        return decoder_class(spec.name if spec is not None else "raw").gives
+    except (ValueError, ConfigError):
+        return None
 
 
 def _check_model(

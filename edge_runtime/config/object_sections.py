@@ -1,9 +1,11 @@
-"""What a pipeline's zones, lines and events ask of its other sections, checked with the path of each field.
+"""What a pipeline's zones, lines, events and cascade ask of its other sections, checked with the path of each field.
 
 Zones, lines and events are about tracked objects: without an active `track` section there are none, so
 each of them needs one. A label they name must be one the tracker follows where `track.labels` says which
 (a zone taking cars on a pipeline that tracks people only would never see one), and the zones events
-wait for (`events.required_zones`) must be zones of the pipeline. Whether the model gives those labels at
+wait for (`events.required_zones`) must be zones of the pipeline. A cascade runs without tracking too (on
+every frame's detections), but with a track section that names its labels, a stage's labels must be
+tracked: it runs per tracked object, and an untracked label never becomes one. Whether the model gives those labels at
 all is checked against its manifest with the rest of the box (`config.checks`).
 
 The problems are raised together as one pydantic error whose locations lie below the pipeline, so a user
@@ -18,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from edge_runtime.config.cascade import CascadeStageConfig
 from edge_runtime.tracking.config import TrackConfig
 from edge_runtime.tracking.events import EventsConfig
 from edge_runtime.tracking.lines import LineConfig
@@ -33,6 +36,7 @@ def object_section_problems(
     zones: Mapping[str, ZoneConfig],
     lines: Mapping[str, LineConfig],
     events: EventsConfig | None,
+    cascade: Sequence[CascadeStageConfig] = (),
 ) -> list[tuple[Location, str]]:
     """Each problem as (location below the pipeline, message); empty when the sections agree."""
     active = [name for name, given in (("zones", zones), ("lines", lines)) if given]
@@ -52,6 +56,7 @@ def object_section_problems(
         named += [(("lines", name, "labels"), line.labels) for name, line in lines.items()]
         if events is not None and events.enabled:
             named.append((("events", "labels"), events.labels))
+        named += [(("cascade", index, "labels"), stage.labels) for index, stage in enumerate(cascade)]
         tracked = ", ".join(track.labels)
         for at, labels in named:
             problems += [
@@ -75,10 +80,11 @@ def check_object_sections(
     zones: Mapping[str, ZoneConfig],
     lines: Mapping[str, LineConfig],
     events: EventsConfig | None,
+    cascade: Sequence[CascadeStageConfig] = (),
 ) -> None:
     """Raise every problem of `object_section_problems` as one ValidationError of the model `title`, each
     at its own location below it."""
-    problems = object_section_problems(track, zones, lines, events)
+    problems = object_section_problems(track, zones, lines, events, cascade)
     if not problems:
         return
     errors = [

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from edge_runtime.config.base import StrictModel
+from edge_runtime.config.cascade import CascadeStageConfig, check_stage_names
 from edge_runtime.config.control import ControlSettings
 from edge_runtime.config.directories import default_cache_dir, default_state_dir
 from edge_runtime.config.model import ModelConfig
@@ -169,6 +170,11 @@ class PipelineConfig(StrictModel):
         description="a new, update and end message on <pipeline>/events for each tracked object, with its "
         "pictures (needs track); null: no events",
     )
+    cascade: list[CascadeStageConfig] = Field(
+        default_factory=list,
+        description="second models run on the crops of the detections, their answers attached to each "
+        "detection as sub_label or attributes; with track, per tracked object (cameras with a detection model only)",
+    )
 
     @field_validator("name")
     @classmethod
@@ -187,9 +193,14 @@ class PipelineConfig(StrictModel):
         check_line_names(lines)
         return lines
 
+    @field_validator("cascade")
+    @classmethod
+    def _stage_names_unique(cls, cascade: list[CascadeStageConfig]) -> list[CascadeStageConfig]:
+        return check_stage_names(cascade)
+
     @model_validator(mode="after")
     def _object_sections_agree_with_track(self) -> PipelineConfig:
-        check_object_sections(type(self).__name__, self.track, self.zones, self.lines, self.events)
+        check_object_sections(type(self).__name__, self.track, self.zones, self.lines, self.events, self.cascade)
         return self
 
     @property
@@ -210,6 +221,8 @@ class PipelineConfig(StrictModel):
             raise ValueError(f"publish.snapshot needs a camera source; {self.source.type!r} gives sensor windows")
         if self.track is not None:
             raise ValueError(f"track needs a camera source; {self.source.type!r} gives sensor windows")
+        if self.cascade:
+            raise ValueError(f"cascade needs a camera source; {self.source.type!r} gives sensor windows")
         image_only = [
             f for f in ("resize", "color_order", "pad_value") if self.preprocess and getattr(self.preprocess, f)
         ]

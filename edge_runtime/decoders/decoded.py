@@ -88,12 +88,48 @@ class Landmark:
 
 
 @dataclass(frozen=True)
+class SubLabel:
+    """A name a second model gave an object (a person's name, a plate's text), with its score."""
+
+    label: str
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "score": _round(self.score, 4)}
+
+
+@dataclass(frozen=True)
+class Keypoint:
+    """One keypoint of a subject, in source-image pixels where the model places it; not clipped (see `Landmark`)."""
+
+    name: str
+    x: float
+    y: float
+    score: float
+    in_frame: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "x": _round(self.x, 1),
+            "y": _round(self.y, 1),
+            "score": _round(self.score, 4),
+            "in_frame": self.in_frame,
+        }
+
+
+Attribute = float | tuple[Keypoint, ...]  # a class's score, or a keypoint model's points
+
+
+@dataclass(frozen=True)
 class Detection:
     """One object, with its box in source-image pixels, clipped to the frame, and its landmarks, not clipped.
 
     `track_id` and `stationary` are set by a pipeline that tracks objects, on the detections that are a
     confirmed object; a decoder leaves them None, and a detection without them publishes neither key.
     `zones` is set beside them by a pipeline with zones: the zones the object is in now, possibly none.
+    `sub_label` and `attributes` are set by a pipeline's cascade (see `pipeline.cascade`): what second
+    models found on the object's crop; a detection without them publishes neither key.
     """
 
     label: str
@@ -103,6 +139,8 @@ class Detection:
     track_id: str | None = None
     stationary: bool | None = None
     zones: tuple[str, ...] | None = None
+    sub_label: SubLabel | None = None
+    attributes: tuple[tuple[str, Attribute], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -117,7 +155,19 @@ class Detection:
             data["stationary"] = bool(self.stationary)
             if self.zones is not None:
                 data["zones"] = list(self.zones)
+        if self.sub_label is not None:
+            data["sub_label"] = self.sub_label.to_dict()
+        if self.attributes:
+            data["attributes"] = attributes_dict(self.attributes)
         return data
+
+
+def attributes_dict(attributes: tuple[tuple[str, Attribute], ...]) -> dict[str, Any]:
+    """A detection's attributes as messages carry them: a score per class, a list of points per keypoint stage."""
+    return {
+        name: _round(value, 4) if isinstance(value, float) else [point.to_dict() for point in value]
+        for name, value in attributes
+    }
 
 
 @dataclass(frozen=True)
@@ -212,17 +262,6 @@ class Segmentation(Decoded):
 
 
 @dataclass(frozen=True)
-class Keypoint:
-    """One keypoint of a subject, in source-image pixels where the model places it; not clipped (see `Landmark`)."""
-
-    name: str
-    x: float
-    y: float
-    score: float
-    in_frame: bool = True
-
-
-@dataclass(frozen=True)
 class Keypoints(Decoded):
     """One set of named keypoints (a pose, a face's landmarks); `top_score` is their mean score."""
 
@@ -230,18 +269,7 @@ class Keypoints(Decoded):
     keypoints: tuple[Keypoint, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "keypoints": [
-                {
-                    "name": k.name,
-                    "x": _round(k.x, 1),
-                    "y": _round(k.y, 1),
-                    "score": _round(k.score, 4),
-                    "in_frame": k.in_frame,
-                }
-                for k in self.keypoints
-            ]
-        }
+        return {"keypoints": [k.to_dict() for k in self.keypoints]}
 
     @property
     def top_score(self) -> float:

@@ -9,6 +9,9 @@
     <prefix>/<device_id>/<pipeline>/events        a tracked object's new / update / end (schema: event.schema.json)
     <prefix>/<device_id>/<pipeline>/events/<event_id>/snapshot
                                                   JPEG of the object's best frame so far
+    <prefix>/<device_id>/<pipeline>/objects/<object_id>/update
+                                                  a cascade gave a tracked object a new sub-label
+                                                  (schema: object_update.schema.json)
     <prefix>/<device_id>/<pipeline>/<label>/snapshot
                                                   JPEG of the latest best object of that label (retained)
     <prefix>/<device_id>/<pipeline>/count/<label> objects of that label present; `all` for every label (retained)
@@ -121,6 +124,9 @@ class Topics:
 
     def events(self, pipeline: str) -> str:
         return f"{self.device}/{pipeline}/events"
+
+    def object_update(self, pipeline: str, object_id: str) -> str:
+        return f"{self.device}/{pipeline}/objects/{topic_level(object_id)}/update"
 
     def event_snapshot(self, pipeline: str, event_id: str) -> str:
         return f"{self.events(pipeline)}/{topic_level(event_id)}/snapshot"

@@ -1,5 +1,6 @@
 """Building a pipeline from its config: the decoder, preprocessing overrides, source and outputs it names,
-and, for a camera that follows objects, what it publishes about them (`object_outputs`).
+for a camera that follows objects what it publishes about them (`object_outputs`), and its cascade's
+stages on the models the daemon acquired for them (`cascade_models`).
 
 The daemon acquires the model (shared between pipelines by the model pool) and hands the rest here, so
 the wiring between a `PipelineConfig` and a running `Pipeline` is read in one place.
@@ -12,17 +13,30 @@ from collections.abc import Callable, Sequence
 from edge_runtime.config import PipelineConfig
 from edge_runtime.decoders import make_decoder
 from edge_runtime.decoders.base import Decoder
+from edge_runtime.decoders.decoded import SubLabel
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.manifest import DecoderSpec, InputSpec
-from edge_runtime.pipeline.object_outputs import ObjectOutputs
+from edge_runtime.pipeline.cascade import Cascade, CascadeStage, SubLabelAssigned
+from edge_runtime.pipeline.cascade_models import StageModels
+from edge_runtime.pipeline.object_outputs import EVENT_QOS, ObjectOutputs
 from edge_runtime.pipeline.outputs import MessageSink, PublishPolicy
+from edge_runtime.pipeline.results import encode
 from edge_runtime.pipeline.streaming import Pipeline, RetainedSink
 from edge_runtime.placement.model import LoadedModel
 from edge_runtime.sources import make_source
 from edge_runtime.sources.base import SourceContext
 from edge_runtime.sources.reconnect import mask_url
+from edge_runtime.tracking.events import FindingsOf
 
-__all__ = ["build_pipeline", "decoder_for", "decoder_of", "describe_source", "input_spec_for", "object_outputs_for"]
+__all__ = [
+    "build_pipeline",
+    "cascade_for",
+    "decoder_for",
+    "decoder_of",
+    "describe_source",
+    "input_spec_for",
+    "object_outputs_for",
+]
 
 
 def build_pipeline(
@@ -35,9 +49,12 @@ def build_pipeline(
     retained: RetainedSink,
     on_progress: Callable[[str], None] | None = None,
     on_waiting: Callable[[str, str], None] | None = None,
+    cascade_models: Sequence[StageModels] = (),
 ) -> Pipeline:
-    """The pipeline `config` describes, on `model`; not started."""
-    objects = object_outputs_for(config, model.package.manifest.labels, topics, sink, retained)
+    """The pipeline `config` describes, on `model`, its cascade's stages on `cascade_models`; not started."""
+    cascade = cascade_for(config, cascade_models, topics, sink)
+    findings_of = cascade.findings if cascade is not None else None
+    objects = object_outputs_for(config, model.package.manifest.labels, topics, sink, retained, findings_of)
     return Pipeline(
         name=config.name,
         topics=topics,
@@ -50,6 +67,7 @@ def build_pipeline(
         track=config.track,
         object_listeners=[objects] if objects is not None else [],
         zones_of=objects.zones_of if objects is not None and config.zones else None,
+        cascade=cascade,
         retained=retained,
         max_in_flight=config.model.max_in_flight,
         on_progress=on_progress,
@@ -58,7 +76,12 @@ def build_pipeline(
 
 
 def object_outputs_for(
-    config: PipelineConfig, model_labels: Sequence[str], topics: Topics, sink: MessageSink, retained: RetainedSink
+    config: PipelineConfig,
+    model_labels: Sequence[str],
+    topics: Topics,
+    sink: MessageSink,
+    retained: RetainedSink,
+    findings_of: FindingsOf | None = None,
 ) -> ObjectOutputs | None:
     """What the pipeline publishes about its objects; None where it has no zones, lines or events (or no track).
 
@@ -77,7 +100,44 @@ def object_outputs_for(
         zones=config.zones,
         lines=config.lines,
         events=config.events,
+        findings_of=findings_of,
     )
+
+
+def cascade_for(
+    config: PipelineConfig, models: Sequence[StageModels], topics: Topics, sink: MessageSink
+) -> Cascade | None:
+    """The pipeline's cascade on the models acquired for its stages, in order; None without a cascade section."""
+    if not config.cascade:
+        return None
+    if len(models) != len(config.cascade):
+        raise ValueError(f"pipeline {config.name}: {len(config.cascade)} cascade stages, models for {len(models)}")
+    tracked = config.track is not None and config.track.enabled
+    stages = [
+        CascadeStage(stage, loaded.model, decoder_of(loaded.model), loaded.batched, tracked)
+        for stage, loaded in zip(config.cascade, models, strict=True)
+    ]
+    return Cascade(stages, sub_label_announcer(config.name, topics, sink) if tracked else None)
+
+
+def sub_label_announcer(pipeline: str, topics: Topics, sink: MessageSink) -> SubLabelAssigned:
+    """What tells subscribers that a tracked object got a sub-label: a message on its objects/<id>/update topic
+    (schema: object_update.schema.json), spooled like events, since a subscriber acting on a name must hear it."""
+
+    def announce(object_id: str, label: str, stage: str, sub_label: SubLabel, at: float) -> None:
+        message = {
+            "type": "sub_label",
+            "id": object_id,
+            "pipeline": pipeline,
+            "label": label,
+            "stage": stage,
+            "sub_label": sub_label.label,
+            "score": round(sub_label.score, 4),
+            "frame_time": round(at, 3),
+        }
+        sink.publish(topics.object_update(pipeline, object_id), encode(message), EVENT_QOS, False)
+
+    return announce
 
 
 def input_spec_for(config: PipelineConfig, model: LoadedModel) -> InputSpec:

@@ -42,7 +42,7 @@ from edge_runtime.pipeline.outputs import MessageSink
 from edge_runtime.pipeline.results import encode
 from edge_runtime.sources.base import Frame
 from edge_runtime.tracking.counts import CountsChange, PresenceCounts, RetainedState
-from edge_runtime.tracking.events import EventBatch, EventsConfig, ObjectEvents
+from edge_runtime.tracking.events import EventBatch, EventsConfig, FindingsOf, ObjectEvents
 from edge_runtime.tracking.lines import LineConfig, Lines
 from edge_runtime.tracking.objects import TrackUpdate
 from edge_runtime.tracking.presence import ObjectZones
@@ -75,9 +75,11 @@ class ObjectOutputs:
         zones: Mapping[str, ZoneConfig] | None = None,
         lines: Mapping[str, LineConfig] | None = None,
         events: EventsConfig | None = None,
+        findings_of: FindingsOf | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """`labels`: the labels counted from the start, at zero (the tracked labels, or the model's)."""
+        """`labels`: the labels counted from the start, at zero (the tracked labels, or the model's);
+        `findings_of`: what the pipeline's cascade holds of each object, for its events."""
         self.pipeline = pipeline
         self.topics = topics
         self._sink = sink
@@ -85,7 +87,7 @@ class ObjectOutputs:
         started_at = clock()
         self.zones = Zones(zones) if zones else None
         self.lines = Lines(lines, started_at) if lines else None
-        self.events = ObjectEvents(events, pipeline) if events is not None and events.enabled else None
+        self.events = ObjectEvents(events, pipeline, findings_of) if events is not None and events.enabled else None
         pictures = events is not None and events.enabled and events.snapshot.enabled
         self.views = KeptViews(events.snapshot) if events is not None and pictures else None
         self.counts = PresenceCounts(

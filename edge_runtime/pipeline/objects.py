@@ -9,7 +9,9 @@ names an object the tracker judged real (see `edge_runtime.tracking.objects`).
 
 Each frame's `TrackUpdate` then goes to the stage's listeners, in order, on the post thread, with the
 frame and its marked detections. That is where whatever follows objects over time plugs in (zones,
-lines, events: `object_outputs`): one more listener, and the pipeline itself does not change. A listener
+lines, events: `object_outputs`): one more listener, and the pipeline itself does not change. A pipeline
+with a `cascade:` section runs it here too, between the marking and the listeners (see `cascade`), so that
+events already carry what the second models found on the frame's objects. A listener
 that also has `start` and `stop` (`LifecycleListener`) is told when the pipeline starts, before any
 frame, and when it stops, after the last, on the post thread: where open events end. A stage given
 `zones_of` marks each object's detection with the zones it is in once the listeners have placed it.
@@ -32,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from edge_runtime.decoders.decoded import Detection, Detections
+from edge_runtime.pipeline.cascade import Cascade
 from edge_runtime.sources.base import Frame
 from edge_runtime.tracking import TrackConfig, Tracker, TrackUpdate
 
@@ -83,8 +86,10 @@ class ObjectStage:
         listeners: Sequence[ObjectListener] = (),
         on_error: Callable[[], None] | None = None,
         zones_of: ZonesOf | None = None,
+        cascade: Cascade | None = None,
     ) -> None:
         self.tracker = Tracker(config)
+        self.cascade = cascade
         self.listeners = tuple(listeners)
         self._on_error = on_error or (lambda: None)
         self._zones_of = zones_of
@@ -97,6 +102,8 @@ class ObjectStage:
         update = self.tracker.update(decoded.detections, frame.captured_at, (int(width), int(height)))
         self._last_analysed = update.timestamp
         marked = _marked(decoded, update)
+        if self.cascade is not None:
+            marked = self.cascade.on_frame(frame, marked, update)
         self._tell(ObjectsSeen(update, frame, marked.detections))
         return marked if self._zones_of is None else _placed(marked, update, self._zones_of)
 
@@ -129,6 +136,8 @@ class ObjectStage:
             return None
         self._coasted_to = held_at
         update = self.tracker.coast(held_at)
+        if self.cascade is not None:
+            self.cascade.ended(update)
         self._tell(ObjectsSeen(update, None, ()))
         return update
 
@@ -181,8 +190,9 @@ def object_stage_for(
     listeners: Sequence[ObjectListener] = (),
     on_error: Callable[[], None] | None = None,
     zones_of: ZonesOf | None = None,
+    cascade: Cascade | None = None,
 ) -> ObjectStage | None:
     """The stage a pipeline's `track:` section asks for; None without one, or with `enabled: false`."""
     if config is None or not config.enabled:
         return None
-    return ObjectStage(config, listeners, on_error, zones_of)
+    return ObjectStage(config, listeners, on_error, zones_of, cascade)

@@ -18,7 +18,7 @@ from edge_runtime.backends.base import TensorSpec
 from edge_runtime.errors import ConfigError
 from edge_runtime.package.manifest import InputSpec
 
-_IN_FRAME_MARGIN = 0.05  # source pixels
+IN_FRAME_MARGIN = 0.05  # source pixels: half the 0.1 px that result messages round positions to
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class FrameTransform:
     def in_frame(self, sx: np.ndarray, sy: np.ndarray) -> np.ndarray:
         """Which source-pixel points lie on the frame, its edges included, within half the 0.1 px that result
         messages round positions to: a point published on the edge is on the frame."""
-        margin = _IN_FRAME_MARGIN
+        margin = IN_FRAME_MARGIN
         across = (sx >= -margin) & (sx <= self.source_width + margin)
         inside: np.ndarray = across & (sy >= -margin) & (sy <= self.source_height + margin)
         return inside

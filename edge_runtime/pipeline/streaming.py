@@ -5,7 +5,8 @@ submits them to the backend's async runner, which blocks while the runner is ful
 backpressure that makes a live camera drop stale frames at the source instead of queueing them.
 The runner hands each finished request's outputs to a bounded post queue, from a thread of its own
 (OpenVINO's completion thread, LiteRT's and ONNX Runtime's worker threads). The post
-thread decodes the result, follows its objects where the pipeline tracks them (see `objects`), keeps
+thread decodes the result, follows its objects where the pipeline tracks them (see `objects`), runs
+second models on the crops of its detections where the pipeline has a cascade (see `cascade`), keeps
 what `publish` asks for and describes it, then gives it to each of the pipeline's outputs (see
 `outputs`): the result message to the publisher, which spools it to disk before anything can be lost,
 a snapshot, a mask. A tracking pipeline's post thread also wakes when nothing came to post for
@@ -31,6 +32,7 @@ from edge_runtime.decoders.base import Decoder
 from edge_runtime.decoders.decoded import Decoded, Detections
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.manifest import InputSpec
+from edge_runtime.pipeline.cascade import Cascade
 from edge_runtime.pipeline.objects import ObjectListener, ZonesOf, object_stage_for
 from edge_runtime.pipeline.outputs import Described, MessageSink, Output, PublishPolicy, publish_outputs
 from edge_runtime.pipeline.preprocess import FrameTransform, Preprocessor, preprocessor_for
@@ -117,6 +119,7 @@ class Pipeline:
         track: TrackConfig | None = None,
         object_listeners: Sequence[ObjectListener] = (),
         zones_of: ZonesOf | None = None,
+        cascade: Cascade | None = None,
         retained: RetainedSink | None = None,
         max_in_flight: int | None = None,
         on_progress: Callable[[str], None] | None = None,
@@ -132,7 +135,10 @@ class Pipeline:
         self._retained = retained
         self._model_topic = topics.model(name)
         self.stats = PipelineStats(name)
-        self.objects = object_stage_for(track, object_listeners, self.stats.error, zones_of)
+        self.objects = object_stage_for(track, object_listeners, self.stats.error, zones_of, cascade)
+        self.cascade = cascade  # with tracking, run by the objects stage; without, here after decoding
+        if cascade is not None:
+            cascade.report_to(self.stats.cascade_crops)
         self._items_read = 0  # by the feed thread, and taken off the post queue by the post thread: equal when
         self._items_posted = 0  # nothing is in flight, the only time the objects may be told that time went by
         self.finished = threading.Event()
@@ -173,6 +179,8 @@ class Pipeline:
             self._runner.close()
         self._post_queue.put(None)
         self._threads[1].join(timeout)
+        if self.cascade is not None:
+            self.cascade.close()
 
     def add_tap(self, tap: Callable[[Item], None]) -> None:
         """Also hand each item read to `tap`, on the feed thread: it must return at once (a shadow model's queue)."""
@@ -319,6 +327,8 @@ class Pipeline:
         decoded = used.decoder.decode(outputs, used.model.outputs, job.transform)
         if self.objects is not None and isinstance(decoded, Detections) and isinstance(job.item, Frame):
             decoded = self.objects.on_frame(job.item, decoded)
+        elif self.cascade is not None and isinstance(decoded, Detections) and isinstance(job.item, Frame):
+            decoded = self.cascade.on_frame(job.item, decoded)
         published = self._published(decoded)
         result = published.to_dict() if published is not None else None
         post_ms = (time.perf_counter() - inferred) * 1000

@@ -3,9 +3,9 @@
 Written from the same walk of the schema as `docs/reference/config.md`, so it has every key the daemon
 takes and nothing else. What is active loads as it is, once the user's values replace the placeholders
 of required keys (`Field(examples=...)`): only a model path cannot be made up, and `check-config` says
-so. Optional sections (default null, or no entry in a mapping of names) and the other kinds of source
-are written commented out, one `# ` deep, so that taking one in means removing that much from each of
-its lines.
+so. Optional sections (default null, no entry in a mapping of names, or an empty list of them below the
+top level, as a pipeline's cascade stages) and the other kinds of source are written commented out, one
+`# ` deep, so that taking one in means removing that much from each of its lines.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def _key(key: Key, indent: int) -> list[str]:
     if key.variants:
         return lines + _variants(key, indent)
     if key.keys and key.repeated and key.kind == "list of mappings":
-        return [*lines, f"{pad}{key.name}:", *_item(key.keys, indent + 2)]
+        items = [f"{pad}{key.name}:", *_item(key.keys, indent + 2)]
+        return lines + (_commented(items, indent) if indent and key.default == [] else items)
     if key.keys and key.named:
         entry = [f"{pad}{key.name}:", f"{pad}  {_entry_name(key)}:", *_mapping(key.keys, indent + 4)]
         return lines + (_commented(entry, indent) if key.default == {} else entry)

@@ -121,6 +121,18 @@ TOPICS = (
         "event message's `snapshot` field says which frame and box it shows",
     ),
     TopicEntry(
+        "object_update",
+        _t.object_update("<pipeline>", "<object_id>"),
+        "publishes",
+        "1, through the spool",
+        "no",
+        "`pipelines[].cascade` with tracking: when a stage with `attach: sub_label` gives a tracked object a "
+        "sub-label by consensus over its attempts, or replaces it with another (Frigate's tracked_object_update)",
+        '`{"type": "sub_label", "id", "label", "stage", "sub_label", "score", ...}`; the '
+        "object's events carry the sub-label too, and its next result messages",
+        "object_update.schema.json",
+    ),
+    TopicEntry(
         "label_snapshot",
         _t.label_snapshot("<pipeline>", "<label>"),
         "publishes",

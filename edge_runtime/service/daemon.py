@@ -36,6 +36,7 @@ from edge_runtime.mqtt.spool import Spool
 from edge_runtime.mqtt.topics import Topics
 from edge_runtime.package.trust import TrustPolicy, trusted_keys
 from edge_runtime.pipeline.build import build_pipeline
+from edge_runtime.pipeline.cascade_models import acquire_cascade_models, release_cascade_models
 from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.fastest import FastestChoices
 from edge_runtime.placement.loading import Box, look_at_box
@@ -234,6 +235,11 @@ class Daemon:
         model = self.model_pool.acquire(
             name, pipeline_config.model, self.config_path, unpaced=pipeline_config.source.unpaced
         )
+        try:
+            stage_models = acquire_cascade_models(self.model_pool, pipeline_config, self.config_path)
+        except BaseException:
+            self.model_pool.release(name)
+            raise
         loaded_in = time.monotonic() - loading_started
         pipeline = build_pipeline(
             pipeline_config,
@@ -244,6 +250,7 @@ class Daemon:
             retained=self.states,
             on_progress=self.watchdog.beat,
             on_waiting=self.watchdog.waiting,
+            cascade_models=stage_models,
         )
         self.watchdog.register(name)
         pipeline.start()
@@ -268,6 +275,8 @@ class Daemon:
         pipeline.stop(timeout)
         self.watchdog.unregister(name)
         self.model_pool.release(name)
+        if pipeline.cascade is not None:
+            release_cascade_models(self.model_pool, name, [stage.config.name for stage in pipeline.cascade.stages])
 
     def _take_fastest_choices(self) -> None:
         """Pipelines onto the choices `select: fastest` stored; after the running rollout, if one runs."""

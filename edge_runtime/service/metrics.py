@@ -23,6 +23,8 @@ _PIPELINE_COUNTERS = {
     "published": "result messages handed to the publisher",
     "filtered": "results not published (unchanged or below the score threshold)",
     "errors": "failed inferences or decodes",
+    "crops": "crops run through the pipeline's cascade models",
+    "crops_failed": "crops skipped by the cascade because preprocessing them failed",
 }
 _PIPELINE_GAUGES = {"fps_in": "input rate over the last interval", "fps_out": "result rate over the last interval"}
 _MQTT_GAUGES = {

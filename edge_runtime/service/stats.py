@@ -26,6 +26,8 @@ class PipelineStats:
     published: int = 0  # result messages handed to the publisher
     filtered: int = 0  # results not published: unchanged, or below the score threshold
     errors: int = 0  # inferences, decodes or outputs that failed
+    crops: int = 0  # crops run through the pipeline's cascade models
+    crops_failed: int = 0  # crops skipped because preprocessing them failed
     latencies: dict[str, deque[float]] = field(default_factory=lambda: {s: deque(maxlen=_WINDOW) for s in STAGES})
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -42,6 +44,11 @@ class PipelineStats:
     def error(self) -> None:
         with self.lock:
             self.errors += 1
+
+    def cascade_crops(self, run: int, failed: int) -> None:
+        with self.lock:
+            self.crops += run
+            self.crops_failed += failed
 
     def percentiles(self) -> dict[str, dict[str, float]]:
         with self.lock:
@@ -88,6 +95,7 @@ class RateMeter:
 def snapshot_dict(stats: PipelineStats, meter: RateMeter, frames_in: int, dropped: int) -> dict[str, Any]:
     with stats.lock:
         results, published, filtered, errors = stats.results, stats.published, stats.filtered, stats.errors
+        crops, crops_failed = stats.crops, stats.crops_failed
     return {
         "fps_in": meter.rate(f"{stats.name}.in", frames_in, stats.started),
         "fps_out": meter.rate(f"{stats.name}.out", results, stats.started),
@@ -97,5 +105,7 @@ def snapshot_dict(stats: PipelineStats, meter: RateMeter, frames_in: int, droppe
         "published": published,
         "filtered": filtered,
         "errors": errors,
+        "crops": crops,
+        "crops_failed": crops_failed,
         "latency_ms": stats.percentiles(),
     }

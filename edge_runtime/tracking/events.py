@@ -6,7 +6,9 @@ previous message described it, so a subscriber sees what changed without keeping
 
 - `new` once, when the tracker first reports the object (it is confirmed and not a false positive: the
   tracker never shows the others) and, with `required_zones`, once it has entered one of them.
-- `update` when what a subscriber acts on changed: the zones it is in, stationary or moving again; when a
+- `update` when what a subscriber acts on changed: the zones it is in, stationary or moving again, a
+  sub-label a cascade newly gave it (where the pipeline has a cascade, the object carries `sub_label` and
+  `attributes`: its class scores; see `pipeline.cascade`); when a
   better picture of it exists and its last picture is `BETTER_SNAPSHOT_INTERVAL_S` old; and at least every
   `heartbeat_s`, so a subscriber that missed messages learns the object is still there. Nothing else: a
   parked car's score and box jitter every frame, and telling each would flood subscribers for hours.
@@ -21,9 +23,9 @@ views, which pictures to send, and which kept frames may go. The pipeline encode
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -41,7 +43,12 @@ from edge_runtime.tracking.snapshots import (
     is_better_view,
 )
 
-__all__ = ["EventBatch", "EventType", "EventsConfig", "ObjectEvents"]
+__all__ = ["EventBatch", "EventType", "EventsConfig", "FindingsOf", "ObjectEvents"]
+
+if TYPE_CHECKING:  # the decoders' results import OpenCV, which events and counts have no use for
+    from edge_runtime.decoders.decoded import Attribute, SubLabel
+
+FindingsOf = Callable[[str], "tuple[SubLabel | None, tuple[tuple[str, Attribute], ...]]"]  # by object id
 
 EventType = Literal["new", "update", "end"]
 
@@ -109,9 +116,11 @@ class ObjectEvents:
 
     Not thread-safe: the pipeline's post thread calls it after the tracker and the zones."""
 
-    def __init__(self, config: EventsConfig, pipeline: str) -> None:
+    def __init__(self, config: EventsConfig, pipeline: str, findings_of: FindingsOf | None = None) -> None:
+        """`findings_of`: what the pipeline's cascade holds of an object (None: the pipeline has no cascade)."""
         self.config = config
         self.pipeline = pipeline
+        self._findings_of = findings_of
         self._labels = frozenset(config.labels)
         self._required = frozenset(config.required_zones)
         self._pictures = config.snapshot.enabled
@@ -190,6 +199,7 @@ class ObjectEvents:
             tuple(published["current_zones"]) != event.zones.current
             or published["stationary"] != event.obj.stationary
             or now - event.published_at >= self.config.heartbeat_s
+            or (self._findings_of is not None and published["sub_label"] != self._sub_label(event.obj.id))
             or (event.best is not event.sent and now - event.sent_at >= BETTER_SNAPSHOT_INTERVAL_S)
         )
 
@@ -221,8 +231,21 @@ class ObjectEvents:
         if event.best is not None:
             batch.released.append(event.obj.id)
 
+    def _sub_label(self, object_id: str) -> dict[str, Any] | None:
+        assert self._findings_of is not None
+        sub_label, _ = self._findings_of(object_id)
+        return sub_label.to_dict() if sub_label is not None else None
+
     def _describe(self, event: _Event, now: float, end_time: float | None) -> dict[str, Any]:
         """The object as event messages carry it (Frigate's field names where Frigate has the field)."""
+        described = self._described(event, now, end_time)
+        if self._findings_of is not None:
+            sub_label, attributes = self._findings_of(event.obj.id)
+            described["sub_label"] = sub_label.to_dict() if sub_label is not None else None
+            described["attributes"] = {name: round(value, 4) for name, value in attributes if isinstance(value, float)}
+        return described
+
+    def _described(self, event: _Event, now: float, end_time: float | None) -> dict[str, Any]:
         obj, zones = event.obj, event.zones
         x_min, y_min, x_max, y_max = obj.box
         width, height = max(x_max - x_min, 0.0), max(y_max - y_min, 0.0)

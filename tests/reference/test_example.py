@@ -61,7 +61,8 @@ def test_only_the_model_path_needs_a_value_of_the_users(
 def test_with_a_real_model_the_example_is_accepted(
     example: str, tmp_path: Path, face_package_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert example.count(f"path: {PLACEHOLDER_MODEL}") == 2  # the pipeline's, and the served model's (commented)
+    # the pipeline's, a cascade stage's and the served model's (both commented)
+    assert example.count(f"path: {PLACEHOLDER_MODEL}") == 3
     path = write(tmp_path, example.replace(f"      path: {PLACEHOLDER_MODEL}", f"      path: {face_package_dir}"))
     assert run_check_config(argparse.Namespace(file=path)) == 0
     assert capsys.readouterr().out == f"{path}: ok (1 pipeline: entrance)\n"

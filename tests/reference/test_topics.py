@@ -62,6 +62,7 @@ def test_the_tracking_topics_carry_their_schemas_with_the_event_objects_fields()
         "events": "event.schema.json",
         "line_crossing": "crossing.schema.json",
         "line_totals": "totals.schema.json",
+        "object_update": "object_update.schema.json",
     }
     event = json.loads(resources.files("edge_runtime.schemas").joinpath("event.schema.json").read_text("utf-8"))
     for field in event["$defs"]["object"]["properties"]:

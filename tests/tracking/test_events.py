@@ -317,3 +317,30 @@ def test_importing_events_and_counts_loads_nothing_heavy() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert result.stdout.strip() == "[]"
+
+
+def test_with_a_cascade_a_newly_given_sub_label_is_an_update_and_attributes_alone_are_not() -> None:
+    """What the cascade holds of the object is read at each frame: a sub-label given or changed is news to a
+    subscriber; class scores that move with every attempt are carried, not told."""
+    from edge_runtime.decoders.decoded import SubLabel
+
+    held: dict[str, Any] = {"sub_label": None, "attributes": (("glasses", 0.7),)}
+    events_ = ObjectEvents(EventsConfig(), "driveway", lambda _id: (held["sub_label"], held["attributes"]))
+    [new] = messages(events_.update(frame(10.0, tracked(10.0, start=10.0)), {}, FRAME))
+    assert new["after"]["sub_label"] is None and new["after"]["attributes"] == {"glasses": 0.7}
+    held["attributes"] = (("glasses", 0.9),)
+    assert messages(events_.update(frame(10.1, tracked(10.1, start=10.0)), {}, FRAME)) == []
+    held["sub_label"] = SubLabel("alice", 0.91)
+    [given] = messages(events_.update(frame(10.2, tracked(10.2, start=10.0)), {}, FRAME))
+    assert given["type"] == "update" and given["before"]["sub_label"] is None
+    assert given["after"]["sub_label"] == {"label": "alice", "score": 0.91}
+    assert given["after"]["attributes"] == {"glasses": 0.9}
+    assert messages(events_.update(frame(10.3, tracked(10.3, start=10.0)), {}, FRAME)) == []
+    held["sub_label"] = SubLabel("bob", 0.85)
+    [changed] = messages(events_.update(frame(10.4, tracked(10.4, start=10.0)), {}, FRAME))
+    assert changed["after"]["sub_label"]["label"] == "bob"
+
+
+def test_without_a_cascade_events_carry_no_sub_label_key() -> None:
+    [new] = messages(events().update(frame(10.0, tracked(10.0, start=10.0)), {}, FRAME))
+    assert "sub_label" not in new["after"] and "attributes" not in new["after"]
