@@ -45,7 +45,8 @@ class ModelConfig(StrictModel):
         description="how the box picks among the package's variants and backends: `profile`, the device profile's "
         "order; `fastest`, the fastest that stays within fidelity_tolerance (default 2% of the output range), which "
         "the box measures by itself once per package release, running the profile's choice meanwhile, and keeps "
-        "in its state directory as `bench --select` does. A choice stored by `bench --select` is taken either way",
+        "in its state directory as `bench --select` does; a pipeline's model moves onto it between two frames, a "
+        "served model or a cascade stage's at its next load. A choice stored by `bench --select` is taken either way",
     )
     fidelity_tolerance: float | None = Field(
         default=None,
