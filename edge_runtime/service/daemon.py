@@ -39,6 +39,7 @@ from edge_runtime.pipeline.streaming import Pipeline
 from edge_runtime.placement.loading import Box, look_at_box
 from edge_runtime.placement.model_pool import ModelPool
 from edge_runtime.rollout.manager import RolloutHost, Rollouts
+from edge_runtime.service.health import HEALTH_FILE, HealthReporter
 from edge_runtime.service.metrics import serve_metrics
 from edge_runtime.service.notify import SystemdNotifier
 from edge_runtime.service.stats import RateMeter, snapshot_dict
@@ -93,6 +94,7 @@ class Daemon:
         trust = TrustPolicy.from_settings(config.trust, config.state_dir)
         self.model_pool = ModelPool(box, config.state_dir, config.cache_dir, trust)
         self.watchdog = ProgressWatchdog(self.notifier)
+        self.health = HealthReporter(self.watchdog, self.publisher.stats, config.state_dir / HEALTH_FILE)
         self.serving: Serving | None = None
         host = RolloutHost(
             pool=self.model_pool,
@@ -149,6 +151,7 @@ class Daemon:
             served = f", serving {len(self.serving.models)} models" if self.serving else ""
             self.notifier.ready(f"{len(self.pipelines)} pipelines running{served}, {mode}")
             log.info("edge-runtime ready: %s%s, %s", ", ".join(self.pipelines) or "no pipelines", served, mode)
+            self.health.start()
             self.watchdog.start()
             prometheus = self.config.stats.prometheus
             if prometheus.enabled:
@@ -372,6 +375,7 @@ class Daemon:
     def _shut_down(self) -> None:
         self.notifier.stopping()
         self.watchdog.stop()
+        self.health.stop()
         if self._stop_metrics is not None:
             self._stop_metrics()
         deadline = time.monotonic() + STOP_BUDGET_S
