@@ -106,11 +106,12 @@ image: wheel
 # result of a clip reaches a real broker, the health check fails on a stall, no test or dev package inside.
 # Then removes the containers, the image and its base: nothing is left running, and the disk is freed.
 image-test: SHELL := /bin/bash
-image-test: $(STAMP) $(SYSTEM_STAMP)
+image-test: IMAGE := localhost/edge-runtime:test
+image-test: wheel $(SYSTEM_STAMP)
 	@mkdir -p $(TEST_REPORTS)
-	set -o pipefail; trap './scripts/image/clean.sh localhost/edge-runtime:test $(IMAGE_BASE)' EXIT; \
-		$(MAKE) --no-print-directory image IMAGE=localhost/edge-runtime:test && \
-		EDGE_RUNTIME_IMAGE=localhost/edge-runtime:test $(BIN)/pytest tests/image $(call PYTEST_REPORT,image)
+	set -o pipefail; trap './scripts/image/clean.sh $(IMAGE) $(IMAGE_BASE)' EXIT; \
+		./scripts/image/build.sh $(IMAGE) $(IMAGE_BASE) && \
+		EDGE_RUNTIME_IMAGE=$(IMAGE) $(BIN)/pytest tests/image $(call PYTEST_REPORT,image)
 
 # docs/reference/ (config keys, commands and options, MQTT topics) is generated from the code itself; a test fails
 # when the committed pages are not what the code gives now.
