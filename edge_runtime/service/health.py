@@ -60,16 +60,17 @@ class DeliveryProgress:
     def __init__(self, watchdog: ProgressWatchdog, publisher_stats: Callable[[], PublisherStats]) -> None:
         self._watchdog = watchdog
         self._stats = publisher_stats
-        self._acked = -1
+        self._answered = -1
 
     def observe(self) -> None:
         stats = self._stats()
-        acked, self._acked = self._acked, stats.acked
+        answered = stats.acked + stats.rejected  # a refusal also takes a message out of the spool
+        before, self._answered = self._answered, answered
         if stats.spool_messages == 0 and stats.in_flight == 0:
             self._watchdog.beat(DELIVERY)
         elif not stats.connected:
             self._watchdog.waiting(DELIVERY, f"broker {stats.broker} unreachable, {stats.spool_messages} spooled")
-        elif stats.acked > acked >= 0:
+        elif answered > before >= 0:
             self._watchdog.beat(DELIVERY)
         # connected, results waiting and nothing acknowledged since the last look: no sign of life
 

@@ -115,6 +115,19 @@ def test_delivery_waits_alive_while_the_broker_is_down_and_results_go_to_the_spo
     assert watchdog.check()
 
 
+def test_messages_the_broker_refuses_count_as_answered_since_they_leave_the_spool(
+    watchdog: ProgressWatchdog, clock: Clock
+) -> None:
+    publisher = Publisher()
+    delivery = DeliveryProgress(watchdog, publisher.stats)
+    watchdog.register(DELIVERY)
+    for refused in range(1, 40):  # an MQTT 5 broker refusing every message of a backlog (an ACL, a quota)
+        publisher.current = replace(IDLE, rejected=refused, spool_messages=500 - refused, in_flight=10)
+        clock.advance(1)
+        delivery.observe()
+    assert delivery_state(watchdog) == ("advancing", "")
+
+
 def test_an_empty_spool_is_delivery_advancing_however_long_nothing_is_published(
     watchdog: ProgressWatchdog, clock: Clock
 ) -> None:
