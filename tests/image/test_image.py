@@ -144,7 +144,7 @@ def test_the_daemon_in_the_sandbox_delivers_every_result_of_the_clip_to_a_broker
     assert CLIP_FRAMES >= 30 and indices == set(range(CLIP_FRAMES))
 
 
-def test_the_health_check_fails_while_delivery_stalls_and_sigterm_stops_the_daemon_cleanly(
+def test_the_health_check_fails_while_delivery_or_the_daemon_stalls_and_sigterm_stops_it_cleanly(
     tmp_path: Path, broker: Mosquitto, volumes: list[str]
 ) -> None:
     source = {"type": "file", "path": f"{SAMPLES}/videos/astronaut.mp4", "loop": True, "realtime": True}
@@ -168,6 +168,15 @@ def test_the_health_check_fails_while_delivery_stalls_and_sigterm_stops_the_daem
             assert verdict.returncode == 1 and verdict.stderr.startswith("stalled: mqtt delivery silent for")
         finally:
             os.kill(broker._process.pid, signal.SIGCONT)
+        assert wait_for(healthy, timeout=30, interval=1), podman("logs", name).stderr
+
+        podman("kill", "--signal=SIGSTOP", name)  # the daemon, every pipeline with it, frozen
+        try:
+            assert wait_for(lambda: not healthy(), timeout=30, interval=1), podman("logs", name).stderr
+            verdict = podman("exec", name, "edge-runtime", "health", check=False)
+            assert verdict.returncode == 1 and "has not reported for" in verdict.stderr
+        finally:
+            podman("kill", "--signal=SIGCONT", name)
         assert wait_for(healthy, timeout=30, interval=1), podman("logs", name).stderr
 
         started = time.monotonic()
