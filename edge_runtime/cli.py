@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"edge-runtime {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run_command(commands)
+    _add_health_command(commands)
     _add_config_commands(commands)
     _add_box_commands(commands)
     _add_signing_commands(commands)
@@ -82,6 +83,26 @@ def _add_run_command(commands: Commands) -> None:
         metavar="SECONDS",
         help="with --exit-when-done, how long to wait for the spool to reach the broker",
     )
+
+
+def _add_health_command(commands: Commands) -> None:
+    health = add_command(
+        commands,
+        "health",
+        "say whether the running daemon does its work: every pipeline advances, and results reach the broker "
+        "or wait in the spool while it is down (a container's health check)",
+        ["edge-runtime health", "edge-runtime health --state-dir /var/lib/edge-runtime --json"],
+        {0: "healthy", 1: "unhealthy: a pipeline or the delivery stalled, or no daemon reported (why, on stderr)"},
+    )
+    health.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the daemon's state_dir (default: $STATE_DIRECTORY; else /var/lib/edge-runtime for root, "
+        "~/.local/state/edge-runtime for anyone else)",
+    )
+    health.add_argument("--json", action="store_true", help="print the verdict and the daemon's report as JSON")
 
 
 def _add_config_commands(commands: Commands) -> None:
@@ -374,6 +395,10 @@ def _run(args: argparse.Namespace) -> int:
         from edge_runtime.service.daemon import run_daemon
 
         return run_daemon(args)
+    if args.command == "health":
+        from edge_runtime.commands.health import run_health
+
+        return run_health(args)
     if args.command == "check-config":
         from edge_runtime.commands.check_config import run_check_config
 

@@ -43,6 +43,7 @@ from edge_runtime.placement.loading import Box, look_at_box
 from edge_runtime.placement.model_pool import ModelPool
 from edge_runtime.placement.selection import model_key
 from edge_runtime.rollout.manager import RolloutHost, Rollouts
+from edge_runtime.service.health import HEALTH_FILE, HealthReporter
 from edge_runtime.service.metrics import serve_metrics
 from edge_runtime.service.model_switch import switch_to_stored_choice
 from edge_runtime.service.notify import SystemdNotifier
@@ -100,6 +101,7 @@ class Daemon:
         self.fastest = FastestChoices(box, config.state_dir, self._fastest_found.put, lambda: self.rollouts.busy)
         self.model_pool = ModelPool(box, config.state_dir, config.cache_dir, trust, self.fastest)
         self.watchdog = ProgressWatchdog(self.notifier)
+        self.health = HealthReporter(self.watchdog, self.publisher.stats, config.state_dir / HEALTH_FILE)
         self.serving: Serving | None = None
         host = RolloutHost(
             pool=self.model_pool,
@@ -156,6 +158,7 @@ class Daemon:
             served = f", serving {len(self.serving.models)} models" if self.serving else ""
             self.notifier.ready(f"{len(self.pipelines)} pipelines running{served}, {mode}")
             log.info("edge-runtime ready: %s%s, %s", ", ".join(self.pipelines) or "no pipelines", served, mode)
+            self.health.start()
             self.watchdog.start()
             prometheus = self.config.stats.prometheus
             if prometheus.enabled:
@@ -400,6 +403,7 @@ class Daemon:
     def _shut_down(self) -> None:
         self.notifier.stopping()
         self.watchdog.stop()
+        self.health.stop()
         if self._stop_metrics is not None:
             self._stop_metrics()
         deadline = time.monotonic() + STOP_BUDGET_S
