@@ -45,6 +45,7 @@ from edge_runtime.service.stats import RateMeter, snapshot_dict
 from edge_runtime.service.watchdog import ProgressWatchdog
 from edge_runtime.serving.service import Serving
 from edge_runtime.sources.base import SourceContext
+from edge_runtime.sources.shared import SharedSources
 
 log = logging.getLogger("edge_runtime")
 
@@ -76,6 +77,7 @@ class Daemon:
         self.exit_when_done = exit_when_done
         self.notifier = SystemdNotifier()
         self.pipelines: dict[str, Pipeline] = {}
+        self.shared_sources = SharedSources(config.sources)  # cameras opened once for the pipelines naming them
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._meter = RateMeter(window_s=config.stats.interval_s)
@@ -263,7 +265,7 @@ class Daemon:
         self.model_pool.release(name)
 
     def _source_context(self) -> SourceContext:
-        return SourceContext(subscribe=self.connection.subscribe)
+        return SourceContext(subscribe=self.connection.subscribe, shared=self.shared_sources)
 
     # -- reload, stats, shutdown -------------------------------------------------------------------
 
@@ -288,6 +290,7 @@ class Daemon:
             for published in (self.topics.snapshot(name), self.topics.mask(name)):  # retained by the publisher
                 self.states.put(published, b"")
         self.config = new
+        self.shared_sources.update(new.sources)
         before_start = self.states.mark()
         for name in (*diff.added, *diff.changed):
             self._start_pipeline(new.pipeline(name))
@@ -309,12 +312,17 @@ class Daemon:
                 "outages": source.outages,
                 "malformed": source.malformed,
             }
+            if (shared := self.config.pipeline(name).shared_source) is not None:
+                figures["source"]["shared"] = shared
             pipelines[name] = figures
         publisher = self.publisher.stats()
         mqtt = asdict(publisher) | {"spool_depth": publisher.spool_messages}
         mqtt["dropped"] = publisher.dropped_full + publisher.dropped_age
         uptime = round(time.monotonic() - self._started, 1)
         report = {"device_id": self.config.device_id, "uptime_s": uptime, "pipelines": pipelines, "mqtt": mqtt}
+        if self.config.sources:  # each camera in `sources:` that is open, for all the pipelines reading it
+            readers = {name: self.config.pipeline(name).shared_source for name in pipelines}
+            report["sources"] = self.shared_sources.figures(readers, self._meter.rate)
         # the latest rollout in brief, if any ran, beside counters that exist from the start
         report["rollout"] = (self.rollouts.latest() or {}) | self.rollouts.figures()
         if self.serving is not None:
@@ -328,6 +336,8 @@ class Daemon:
     def _publish_stats(self) -> None:
         report = self.report()
         self.publisher.publish(self.topics.stats, json.dumps(report).encode(), qos=0)
+        for source_name, source_outage in self.shared_sources.outages().items():
+            log.info("stats source %s: %s", source_name, source_outage)
         for name, figures in report["pipelines"].items():
             pipeline = self.pipelines.get(name)
             outage = pipeline.source.outage() if pipeline is not None else None
@@ -382,6 +392,7 @@ class Daemon:
             self.serving.stop()
         for name in list(self.pipelines):
             self._stop_pipeline(name, timeout=max(1.0, (deadline - time.monotonic()) / 2))
+        self.shared_sources.close()
         self.publisher.close(timeout=max(0.5, deadline - time.monotonic()))
         left = self.publisher.stats().spool_messages
         if left:

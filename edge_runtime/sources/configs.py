@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from edge_runtime.sources.base import SourceConfig
 
@@ -49,7 +49,9 @@ class MotionGate(SourceConfig):
     )
 
 
-class CameraSourceConfig(SourceConfig):
+class ImageSourceConfig(SourceConfig):
+    """What every pipeline that takes frames chooses for itself: which frames it takes, and how it waits."""
+
     policy: Literal["latest", "every"] = Field(
         default="latest", description="latest: live cameras, never queue stale frames; every: process all"
     )
@@ -63,6 +65,11 @@ class CameraSourceConfig(SourceConfig):
         default=None,
         description="skip inference while the scene does not change; `motion: {}` turns it on with the defaults",
     )
+
+
+class CameraSourceConfig(ImageSourceConfig):
+    """A camera, stream, file or folder this pipeline opens by itself."""
+
     stall_timeout_s: float = Field(
         default=10.0,
         gt=0,
@@ -163,6 +170,31 @@ class WindowSpec(SourceConfig):
         return self
 
 
+class SharedSourceConfig(ImageSourceConfig):
+    """The frames of a camera named in the top-level `sources:`, captured and decoded once for every pipeline
+    that names it; each pipeline takes them at its own `max_fps`, behind its own motion gate."""
+
+    type: Literal["shared"] = Field(
+        description="frames of a camera named in the top-level `sources:`, opened once however many pipelines use it"
+    )
+    name: str = Field(min_length=1, description="the source's name in `sources:`", examples=["front-door"])
+    policy: Literal["latest", "every"] = Field(
+        default="latest",
+        description="latest (the only choice): a pipeline with no time for a frame skips it, so it never holds up "
+        "the capture or the other pipelines on the camera",
+    )
+
+    @field_validator("policy")
+    @classmethod
+    def _latest_only(cls, policy: str) -> str:
+        if policy != "latest":
+            raise ValueError(
+                "a shared source hands each pipeline its newest frame; policy every would make the capture, and so "
+                "every other pipeline on it, wait for the slowest one (give this pipeline its own inline source)"
+            )
+        return policy
+
+
 class SensorSourceConfig(SourceConfig):
     window: WindowSpec = Field(description="how samples are grouped into the model's inputs")
     max_payload_bytes: int = Field(
@@ -220,9 +252,13 @@ AnySource = Annotated[
     V4l2SourceConfig
     | StreamSourceConfig
     | FileSourceConfig
+    | SharedSourceConfig
     | FolderSourceConfig
     | MqttSourceConfig
     | SerialSourceConfig
     | ReplaySourceConfig,
     Field(discriminator="type"),
 ]
+
+NamedSource = Annotated[V4l2SourceConfig | StreamSourceConfig | FileSourceConfig, Field(discriminator="type")]
+"""What `sources:` may name: a camera whose capture and decode several pipelines share."""
