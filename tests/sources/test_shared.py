@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -140,7 +141,7 @@ def test_a_reader_leaving_and_coming_back_leaves_the_others_frames_without_a_gap
         dropped = steady.stats.dropped - dropped_before
         read = len(reader.frames)
         captured = shared.figures({}, lambda *_: 0.0)["door"]["frames_captured"]
-    missing = sum((after - before) % FRAMES - 1 for before, after in zip(numbers, numbers[1:], strict=False))
+    missing = sum((after - before) % FRAMES - 1 for before, after in itertools.pairwise(numbers))
     assert missing <= dropped, (numbers, dropped)  # every frame it did not get, it dropped itself (too slow)
     assert [frame.index for frame in reader.frames] == list(range(len(reader.frames)))
     assert captured >= read  # one capture all along: its count never started again
