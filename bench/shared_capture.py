@@ -42,7 +42,7 @@ from rtsp_relay import RtspRelay  # noqa: E402
 
 from edge_runtime.sources import make_source  # noqa: E402
 from edge_runtime.sources.base import Source, SourceContext  # noqa: E402
-from edge_runtime.sources.configs import SharedSourceConfig, StreamSourceConfig  # noqa: E402
+from edge_runtime.sources.configs import SharedSourceConfig, StreamCamera, StreamSourceConfig  # noqa: E402
 from edge_runtime.sources.shared import SharedSources  # noqa: E402
 
 RATES = (5.0, 2.0)  # the two pipelines' max_fps
@@ -70,7 +70,7 @@ def sources_for(side: str, url: str) -> list[Source]:
         return [make_source(stream(RATES[0]), "single")]
     if side == "inline":
         return [make_source(stream(rate), f"inline-{rate:g}") for rate in RATES]
-    shared = SharedSources({"camera": StreamSourceConfig(type="stream", url=url)})
+    shared = SharedSources({"camera": StreamCamera(type="stream", url=url)})
     context = SourceContext(shared=shared)
     return [
         make_source(SharedSourceConfig(type="shared", name="camera", max_fps=rate), f"shared-{rate:g}", context)

@@ -23,11 +23,11 @@ from edge_runtime.config.problems import FieldPath, Problem
 from edge_runtime.errors import ConfigError
 from edge_runtime.sources.base import SourceConfig
 from edge_runtime.sources.configs import (
-    FileSourceConfig,
     FolderSourceConfig,
     ReplaySourceConfig,
     SerialSourceConfig,
-    V4l2SourceConfig,
+    V4l2Camera,
+    VideoFile,
 )
 
 __all__ = [
@@ -53,7 +53,7 @@ def check_source_at(source: SourceConfig | None, at: FieldPath) -> Iterator[Prob
 
 
 def _check_source(source: SourceConfig | None, at: FieldPath) -> Iterator[Problem]:
-    if isinstance(source, FileSourceConfig):
+    if isinstance(source, VideoFile):
         from edge_runtime.sources.camera import probe_video_file  # imports OpenCV: only for file sources
 
         try:
@@ -79,7 +79,7 @@ def device_notes(part: PipelinePart) -> Iterator[Problem]:
 
 def device_notes_at(source: SourceConfig | None, at: FieldPath) -> Iterator[Problem]:
     """`device_notes` for the source at `at`, a pipeline's own or one named in `sources:`."""
-    if isinstance(source, V4l2SourceConfig):
+    if isinstance(source, V4l2Camera):
         device = v4l2_device_path(source.device)
         if not Path(device).exists():
             yield Problem((*at, "device"), f"video device {device} does not exist now (is the camera plugged in?)")

@@ -26,13 +26,13 @@ from edge_runtime.config.serving import HttpSettings, ServedModelConfig, ServeSe
 from edge_runtime.config.trust import TrustSettings
 from edge_runtime.mqtt.settings import MqttSettings, SpoolSettings, TlsSettings
 from edge_runtime.sources.base import SourceConfig
-from edge_runtime.sources.configs import AnySource, CameraSourceConfig, NamedSource
+from edge_runtime.sources.configs import AnySource, Camera, NamedSource
 
 __all__ = ["ConfigParts", "PipelinePart", "parts_of", "resolve_paths", "salvage_parts"]
 
 M = TypeVar("M", bound=BaseModel)
 _SOURCE: TypeAdapter[SourceConfig] = TypeAdapter(AnySource)
-_NAMED_SOURCE: TypeAdapter[CameraSourceConfig] = TypeAdapter(NamedSource)
+_NAMED_SOURCE: TypeAdapter[Camera] = TypeAdapter(NamedSource)
 _PATH: TypeAdapter[Path] = TypeAdapter(Path)
 _BOOL: TypeAdapter[bool] = TypeAdapter(bool)
 
@@ -55,7 +55,7 @@ class PipelinePart:
 @dataclass(frozen=True)
 class ConfigParts:
     pipelines: tuple[PipelinePart, ...] = ()
-    sources: tuple[tuple[str, CameraSourceConfig], ...] = ()  # the named sources that validated
+    sources: tuple[tuple[str, Camera], ...] = ()  # the named sources that validated
     source_names: tuple[str, ...] = ()  # every name in `sources:`, valid or not: a reference to one is no typo
     served: tuple[tuple[int, ServedModelConfig], ...] = ()
     http: HttpSettings | None = None  # only where a serve section is given
@@ -181,7 +181,7 @@ def _valid_source(data: Any, base: Path) -> SourceConfig | None:
         return None
 
 
-def _valid_named_source(data: Any, base: Path) -> CameraSourceConfig | None:
+def _valid_named_source(data: Any, base: Path) -> Camera | None:
     try:
         return resolve_paths(_NAMED_SOURCE.validate_python(data), base)
     except ValidationError:

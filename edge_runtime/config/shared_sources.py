@@ -1,12 +1,12 @@
 """Checks of the top-level `sources:` against the pipelines that name them, each with its field path.
 
 A named camera is opened once for all its pipelines, so what would pass on a pipeline's own source can
-contradict itself here: a pipeline that names no source in `sources:`, a frame setting that belongs to
-each pipeline (the motion gate, the frame policy) given once for all, a pipeline asking for more frames
-per second than the shared capture decodes, a file that is not played in real time (decoded as fast as the
-CPU allows, every pipeline would drop most of it), and the same camera opened a second time beside its
-named capture, which is what `sources:` is there to prevent. A named source no pipeline uses is not an
-error, a camera may be set up before its pipelines, but it is said, since it is not opened at all.
+contradict itself here: a pipeline that names no source in `sources:`, a file that is not played in real
+time (decoded as fast as the CPU allows, every pipeline would drop most of it), and the same camera opened
+a second time beside its named capture, or named twice, which is what `sources:` is there to prevent. A
+named source no pipeline uses is not an error, a camera may be set up before its pipelines, but it is said,
+since it is not opened at all. (What each pipeline takes, its frame policy, max_fps and motion gate, is
+not a setting of the named camera at all: the schema refuses it there.)
 """
 
 from __future__ import annotations
@@ -16,13 +16,7 @@ from collections.abc import Iterator
 from edge_runtime.config.parts import ConfigParts, PipelinePart
 from edge_runtime.config.problems import FieldPath, Problem
 from edge_runtime.sources.base import SourceConfig
-from edge_runtime.sources.configs import (
-    CameraSourceConfig,
-    FileSourceConfig,
-    SharedSourceConfig,
-    StreamSourceConfig,
-    V4l2SourceConfig,
-)
+from edge_runtime.sources.configs import CameraSourceConfig, SharedSourceConfig, StreamCamera, V4l2Camera, VideoFile
 
 __all__ = ["camera_identity", "check_shared_sources", "unused_source_notes"]
 
@@ -30,7 +24,6 @@ __all__ = ["camera_identity", "check_shared_sources", "unused_source_notes"]
 def check_shared_sources(parts: ConfigParts, pipelines: list[PipelinePart]) -> list[Problem]:
     """Every contradiction between `sources:` and the started `pipelines` that read or duplicate them."""
     problems = list(_check_named(parts))
-    named = dict(parts.sources)
     owners: dict[str, str] = {}  # camera identity -> the named source that opens it
     for name, named_source in parts.sources:
         identity = camera_identity(named_source)
@@ -39,7 +32,7 @@ def check_shared_sources(parts: ConfigParts, pipelines: list[PipelinePart]) -> l
     for part in pipelines:
         source, at = part.source, (*part.at, "source")
         if isinstance(source, SharedSourceConfig):
-            problems += _check_reference(source, at, named, parts.source_names)
+            problems += _check_reference(source, at, parts.source_names)
         elif isinstance(source, CameraSourceConfig):
             identity = camera_identity(source)
             if identity is not None and identity in owners:
@@ -66,44 +59,27 @@ def unused_source_notes(parts: ConfigParts, pipelines: list[PipelinePart]) -> li
 
 def camera_identity(source: SourceConfig) -> str | None:
     """What tells one camera from another: its URL, its device node or its file."""
-    if isinstance(source, StreamSourceConfig):
+    if isinstance(source, StreamCamera):
         return f"stream:{source.url}"
-    if isinstance(source, V4l2SourceConfig):
+    if isinstance(source, V4l2Camera):
         device = str(source.device)
         return f"v4l2:/dev/video{device}" if device.isdigit() else f"v4l2:{device}"
-    if isinstance(source, FileSourceConfig):
+    if isinstance(source, VideoFile):
         return f"file:{source.path}"
     return None
 
 
-def _identity_field(source: CameraSourceConfig) -> str:
-    return (
-        "url"
-        if isinstance(source, StreamSourceConfig)
-        else "device"
-        if isinstance(source, V4l2SourceConfig)
-        else "path"
-    )
+def _identity_field(source: SourceConfig) -> str:
+    if isinstance(source, StreamCamera):
+        return "url"
+    return "device" if isinstance(source, V4l2Camera) else "path"
 
 
 def _check_named(parts: ConfigParts) -> Iterator[Problem]:
     seen: dict[str, str] = {}
     for name, source in parts.sources:
         at: FieldPath = ("sources", name)
-        given = source.model_fields_set
-        if "policy" in given and source.policy != "latest":
-            yield Problem(
-                (*at, "policy"),
-                "a shared camera hands each pipeline its newest frame; policy every would make the capture, and so "
-                "every pipeline on it, wait for the slowest one",
-            )
-        if source.motion is not None:
-            yield Problem(
-                (*at, "motion"),
-                "the motion gate belongs to each pipeline on a shared camera: give `motion:` in the `source:` of "
-                "the pipelines that want it",
-            )
-        if isinstance(source, FileSourceConfig) and not source.realtime:
+        if isinstance(source, VideoFile) and not source.realtime:
             yield Problem(
                 (*at, "realtime"),
                 "a file shared by pipelines is played like a camera: set realtime: true (unpaced, it would be "
@@ -119,19 +95,7 @@ def _check_named(parts: ConfigParts) -> Iterator[Problem]:
             seen[identity] = name
 
 
-def _check_reference(
-    source: SharedSourceConfig, at: FieldPath, named: dict[str, CameraSourceConfig], names: tuple[str, ...]
-) -> Iterator[Problem]:
+def _check_reference(source: SharedSourceConfig, at: FieldPath, names: tuple[str, ...]) -> Iterator[Problem]:
     if source.name not in names:
         known = ", ".join(names) or "none are given"
         yield Problem((*at, "name"), f"no source named {source.name!r} in sources: (known: {known})")
-        return
-    shared = named.get(source.name)  # None: the named source is invalid, and its own problems say so
-    if shared is None or shared.max_fps is None or source.max_fps is None:
-        return
-    if source.max_fps > shared.max_fps:
-        yield Problem(
-            (*at, "max_fps"),
-            f"{source.max_fps:g} fps, but sources.{source.name} decodes at most {shared.max_fps:g} fps for all its "
-            f"pipelines: lower this, or raise sources.{source.name}.max_fps",
-        )

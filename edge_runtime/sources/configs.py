@@ -67,8 +67,8 @@ class ImageSourceConfig(SourceConfig):
     )
 
 
-class CameraSourceConfig(ImageSourceConfig):
-    """A camera, stream, file or folder this pipeline opens by itself."""
+class CaptureSettings(SourceConfig):
+    """How a camera is kept open, whether one pipeline opens it or it is named in `sources:` for several."""
 
     stall_timeout_s: float = Field(
         default=10.0,
@@ -80,7 +80,13 @@ class CameraSourceConfig(ImageSourceConfig):
     )
 
 
-class V4l2SourceConfig(CameraSourceConfig):
+class CameraSourceConfig(CaptureSettings, ImageSourceConfig):
+    """A camera, stream, file or folder this pipeline opens by itself."""
+
+
+class V4l2Camera(CaptureSettings):
+    """A V4L2 device: what to open and what to ask it for."""
+
     type: Literal["v4l2"] = Field(description="a USB or CSI camera on this box (Video4Linux)")
     device: str | int = Field(description="/dev/videoN or its index N", examples=["/dev/video0"])
     width: int | None = Field(
@@ -99,7 +105,9 @@ class V4l2SourceConfig(CameraSourceConfig):
     )
 
 
-class StreamSourceConfig(CameraSourceConfig):
+class StreamCamera(CaptureSettings):
+    """A network stream: where it is and how to reach it."""
+
     type: Literal["stream"] = Field(
         description="an RTSP, HTTP, RTMP, UDP or TCP stream, reopened with backoff when lost or frozen"
     )
@@ -113,11 +121,26 @@ class StreamSourceConfig(CameraSourceConfig):
     )
 
 
-class FileSourceConfig(CameraSourceConfig):
+class VideoFile(CaptureSettings):
+    """A video file: which, and how it is played."""
+
     type: Literal["file"] = Field(description="a video file, played once or looping")
     path: Path = Field(description="the video file; relative to the config file's directory", examples=["clip.mp4"])
     loop: bool = Field(default=False, description="start again at the end instead of ending the source")
     realtime: bool = Field(default=False, description="pace frames at the file's frame rate, like a camera")
+
+
+class V4l2SourceConfig(V4l2Camera, CameraSourceConfig):
+    """A V4L2 device this pipeline opens by itself."""
+
+
+class StreamSourceConfig(StreamCamera, CameraSourceConfig):
+    """A network stream this pipeline opens by itself."""
+
+
+class FileSourceConfig(VideoFile, CameraSourceConfig):
+    """A video file this pipeline plays by itself."""
+
     policy: Literal["latest", "every"] = Field(
         default="every",
         description="every: process every frame (the file is read as fast as the model takes it); latest: drop "
@@ -127,6 +150,10 @@ class FileSourceConfig(CameraSourceConfig):
     @property
     def unpaced(self) -> bool:
         return not self.realtime and self.max_fps is None
+
+
+Camera = V4l2Camera | StreamCamera | VideoFile
+"""What a camera source opens: a pipeline's own (`V4l2SourceConfig`, ...) or a camera named in `sources:`."""
 
 
 class FolderSourceConfig(CameraSourceConfig):
@@ -260,5 +287,6 @@ AnySource = Annotated[
     Field(discriminator="type"),
 ]
 
-NamedSource = Annotated[V4l2SourceConfig | StreamSourceConfig | FileSourceConfig, Field(discriminator="type")]
-"""What `sources:` may name: a camera whose capture and decode several pipelines share."""
+NamedSource = Annotated[V4l2Camera | StreamCamera | VideoFile, Field(discriminator="type")]
+"""What `sources:` may name: a camera whose capture and decode several pipelines share. It has no frame policy,
+rate limit or motion gate: each pipeline on it sets its own."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceContext, SourceStats
-from edge_runtime.sources.configs import CameraSourceConfig, ImageSourceConfig
+from edge_runtime.sources.configs import CaptureSettings, ImageSourceConfig
 from edge_runtime.sources.motion import MotionDetector
 
 log = logging.getLogger(__name__)
@@ -158,11 +158,14 @@ class FrameOutlet:
 class FrameSource(Source):
     """Base of image sources: subclasses implement `_capture`, which calls `_admit` and `_offer`."""
 
-    config: CameraSourceConfig
+    config: CaptureSettings
 
-    def __init__(self, config: CameraSourceConfig, name: str, context: SourceContext | None = None) -> None:
+    def __init__(
+        self, config: CaptureSettings, name: str, context: SourceContext | None, selection: ImageSourceConfig
+    ) -> None:
+        """`selection`: which frames the reader takes (policy, max_fps, motion), usually `config` itself."""
         super().__init__(config, name, context)
-        self._outlet = FrameOutlet(config, name, self.stats)
+        self._outlet = FrameOutlet(selection, name, self.stats)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.frames_captured = 0  # frames grabbed from the input, delivered or not

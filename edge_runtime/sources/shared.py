@@ -31,8 +31,8 @@ import numpy as np
 from edge_runtime.errors import ConfigError
 from edge_runtime.sources.base import Frame, Source, SourceContext, SourceStats
 from edge_runtime.sources.camera import CameraSource
-from edge_runtime.sources.configs import CameraSourceConfig, SharedSourceConfig
-from edge_runtime.sources.frames import FrameOutlet, RateLimiter
+from edge_runtime.sources.configs import Camera, SharedSourceConfig
+from edge_runtime.sources.frames import FrameOutlet
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +42,10 @@ Rate = Callable[[str, int, float], float]  # a counter's rate per second: key, c
 
 
 class SharedCapture(CameraSource):
-    """A camera source whose frames go to every attached consumer instead of to one reader.
+    """A camera source whose frames go to every attached consumer instead of to one reader."""
 
-    The named source's own `max_fps`, if set, caps what is decoded for all consumers together.
-    """
-
-    def __init__(self, config: CameraSourceConfig, name: str) -> None:
+    def __init__(self, config: Camera, name: str) -> None:
         super().__init__(config, name)
-        self._cap = RateLimiter(config.max_fps) if config.max_fps else None
         self._consumers: tuple[SharedSourceConsumer, ...] = ()
         self._wanting: tuple[SharedSourceConsumer, ...] = ()  # this frame's takers; the capture thread's own
         self._lock = threading.Lock()
@@ -82,9 +78,6 @@ class SharedCapture(CameraSource):
 
     def _admit(self, frame_time: float) -> bool:
         self.frames_captured += 1
-        if self._cap is not None and not self._cap.admit(frame_time):
-            self._count_unwanted()
-            return False
         self._wanting = tuple(consumer for consumer in self._consumers if consumer.outlet.admit(frame_time))
         if not self._wanting:
             self._count_unwanted()
@@ -174,12 +167,12 @@ class SharedSourceConsumer(Source):
 class SharedSources:
     """The daemon's named sources: a capture is opened by its first consumer and closed after its last."""
 
-    def __init__(self, configs: Mapping[str, CameraSourceConfig]) -> None:
+    def __init__(self, configs: Mapping[str, Camera]) -> None:
         self._configs = dict(configs)
         self._captures: dict[str, SharedCapture] = {}
         self._lock = threading.Lock()
 
-    def update(self, configs: Mapping[str, CameraSourceConfig]) -> None:
+    def update(self, configs: Mapping[str, Camera]) -> None:
         """The named sources of a reloaded config. A capture in use keeps running as it is: a reload that
         changes a source restarts every pipeline on it, and the last one leaving closes the old capture."""
         with self._lock:
