@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any
 import pytest
 from broker import Mosquitto, free_port
 from daemon_process import DaemonProcess, face_pipeline
+
+from edge_runtime.service.metrics import serve_metrics
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "sources"))
 
@@ -96,3 +99,21 @@ def test_two_pipelines_share_one_rtsp_connection_and_a_reload_of_one_leaves_the_
     assert door["decoded"] <= door["frames_captured"]
     assert report["pipelines"]["slow"]["source"]["shared"] == "door"
     assert daemon.stop() == 0
+
+
+def test_each_named_camera_is_a_prometheus_source_once() -> None:
+    report = {
+        "pipelines": {},
+        "sources": {"door": {"frames_captured": 300, "decoded": 150, "reconnects": 1, "outages": 1,
+                             "connected": True, "fps_captured": 10.0, "pipelines": ["faces", "slow"]}},
+    }  # fmt: skip
+    port = free_port()
+    stop = serve_metrics(lambda: report, "127.0.0.1", port)
+    try:
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    finally:
+        stop()
+    assert 'edge_runtime_source_frames_captured_total{source="door"} 300.0' in scraped
+    assert 'edge_runtime_source_decoded_total{source="door"} 150.0' in scraped
+    assert 'edge_runtime_source_connected{source="door"} 1.0' in scraped
+    assert 'edge_runtime_source_outages_total{source="door"} 1.0' in scraped
