@@ -45,7 +45,7 @@ from edge_runtime.service.stats import RateMeter, snapshot_dict
 from edge_runtime.service.watchdog import ProgressWatchdog
 from edge_runtime.serving.service import Serving
 from edge_runtime.sources.base import SourceContext
-from edge_runtime.sources.shared import SharedSources
+from edge_runtime.sources.shared import SharedSourceConsumer, SharedSources
 
 log = logging.getLogger("edge_runtime")
 
@@ -301,6 +301,7 @@ class Daemon:
 
     def report(self) -> dict[str, Any]:
         pipelines = {}
+        readers: dict[str, str | None] = {}  # the camera in `sources:` each pipeline reads, None for its own
         for name, pipeline in list(self.pipelines.items()):  # the metrics thread reads while a reload edits
             source = pipeline.source.stats
             figures = snapshot_dict(pipeline.stats, self._meter, source.delivered, source.dropped)
@@ -312,7 +313,9 @@ class Daemon:
                 "outages": source.outages,
                 "malformed": source.malformed,
             }
-            if (shared := self.config.pipeline(name).shared_source) is not None:
+            shared = pipeline.source.source_name if isinstance(pipeline.source, SharedSourceConsumer) else None
+            readers[name] = shared
+            if shared is not None:
                 figures["source"]["shared"] = shared
             pipelines[name] = figures
         publisher = self.publisher.stats()
@@ -321,7 +324,6 @@ class Daemon:
         uptime = round(time.monotonic() - self._started, 1)
         report = {"device_id": self.config.device_id, "uptime_s": uptime, "pipelines": pipelines, "mqtt": mqtt}
         if self.config.sources:  # each camera in `sources:` that is open, for all the pipelines reading it
-            readers = {name: self.config.pipeline(name).shared_source for name in pipelines}
             report["sources"] = self.shared_sources.figures(readers, self._meter.rate)
         # the latest rollout in brief, if any ran, beside counters that exist from the start
         report["rollout"] = (self.rollouts.latest() or {}) | self.rollouts.figures()

@@ -205,16 +205,16 @@ class SharedSourceConfig(ImageSourceConfig):
         description="frames of a camera named in the top-level `sources:`, opened once however many pipelines use it"
     )
     name: str = Field(min_length=1, description="the source's name in `sources:`", examples=["front-door"])
-    policy: Literal["latest", "every"] = Field(
+    policy: Literal["latest"] = Field(
         default="latest",
-        description="latest (the only choice): a pipeline with no time for a frame skips it, so it never holds up "
-        "the capture or the other pipelines on the camera",
+        description="latest, the only choice here: a pipeline with no time for a frame skips it, so it never holds "
+        "up the capture or the other pipelines on the camera",
     )
 
-    @field_validator("policy")
+    @field_validator("policy", mode="before")
     @classmethod
-    def _latest_only(cls, policy: str) -> str:
-        if policy != "latest":
+    def _latest_only(cls, policy: object) -> object:
+        if policy == "every":
             raise ValueError(
                 "a shared source hands each pipeline its newest frame; policy every would make the capture, and so "
                 "every other pipeline on it, wait for the slowest one (give this pipeline its own inline source)"
