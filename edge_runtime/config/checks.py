@@ -81,14 +81,17 @@ def check_parts(parts: ConfigParts) -> list[Problem]:
 
 
 def note_parts(parts: ConfigParts) -> list[Problem]:
-    """What is not there now but may come, and is retried while the daemon runs: cameras and serial ports; and
-    the named sources no pipeline uses, which are not opened."""
+    """What is not there now but may come, and is retried while the daemon runs: cameras and serial ports."""
     pipelines = _started(parts)
     notes = [note for part in pipelines for note in device_notes(part)]
-    notes += [
+    return notes + [
         note for name, source in _used_sources(parts, pipelines) for note in device_notes_at(source, ("sources", name))
     ]
-    return notes + unused_source_notes(parts, pipelines)
+
+
+def unused_parts(parts: ConfigParts) -> list[Problem]:
+    """What the file gives and nothing uses: the named sources no started pipeline reads, which are not opened."""
+    return unused_source_notes(parts, _started(parts))
 
 
 def _used_sources(parts: ConfigParts, pipelines: list[PipelinePart]) -> list[tuple[str, SourceConfig]]:
