@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -178,9 +179,11 @@ def test_frames_are_read_only_so_no_reader_draws_on_anothers(moving_video: Path)
         reader.frames[0].image[0, 0] = 0
 
 
-def test_an_outage_is_each_readers_and_the_sources(rtsp_relay: RtspRelay) -> None:
+def test_an_outage_is_each_readers_and_the_sources(rtsp_relay: RtspRelay, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="edge_runtime.sources")
     rtsp_relay.start()
-    shared = SharedSources({"door": stream(rtsp_relay.url, reconnect={"initial_s": 0.2, "max_s": 0.5})})
+    url = rtsp_relay.url.replace("rtsp://", "rtsp://viewer:s3cret@")
+    shared = SharedSources({"door": stream(url, reconnect={"initial_s": 0.2, "max_s": 0.5})})
     with Reader(consumer(shared)) as first, Reader(consumer(shared, max_fps=3)) as second:
         assert wait_for(lambda: len(first.frames) >= 3 and len(second.frames) >= 1, 20.0)
         rtsp_relay.frozen = True  # connection open, no packets: the stall watch of the capture tells
@@ -192,6 +195,10 @@ def test_an_outage_is_each_readers_and_the_sources(rtsp_relay: RtspRelay) -> Non
         assert wait_for(lambda: first.source.stats.reconnects == 1 and second.source.stats.reconnects == 1, 30.0)
         figures = shared.figures({}, lambda *_: 0.0)["door"]
     assert figures["outages"] == 1 and figures["reconnects"] == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings  # said once, for the camera, not once per reader
+    assert warnings[0].startswith(f"source door (rtsp://viewer:***@127.0.0.1:{rtsp_relay.port}/cam): no frame for")
+    assert not any("s3cret" in r.getMessage() for r in caplog.records)
 
 
 def test_a_capture_closes_after_its_last_reader_and_a_name_nobody_gave_is_refused(rtsp_relay: RtspRelay) -> None:
