@@ -175,6 +175,8 @@ def _valid(model: type[M], data: Any, base: Path) -> M | None:
 
 
 def _valid_source(data: Any, base: Path) -> SourceConfig | None:
+    if isinstance(data, str):  # the name of a camera in `sources:`, as the schema reads it
+        data = {"type": "shared", "name": data}
     try:
         return resolve_paths(_SOURCE.validate_python(data), base)
     except ValidationError:

@@ -47,6 +47,18 @@ def test_a_source_name_nobody_gave_is_refused_at_its_field(shared_config: dict[s
     assert problem.split(":")[0].isdigit()  # with its line
 
 
+def test_a_name_nobody_gave_is_found_in_a_pipeline_with_other_mistakes(
+    shared_config: dict[str, Any], write_config: Any
+) -> None:
+    shared_config["pipelines"][0]["source"] = "dor"
+    shared_config["pipelines"][0]["publish"] = {"qos": 3}
+    problems = problems_of(shared_config, write_config)
+    assert any(" pipelines[0].publish.qos: " in p for p in problems), problems
+    assert any(
+        p.endswith(" pipelines[0].source.name: no source named 'dor' in sources: (known: door)") for p in problems
+    )
+
+
 def test_a_source_no_pipeline_uses_is_said_not_refused(
     shared_config: dict[str, Any], write_config: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
