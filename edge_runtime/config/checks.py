@@ -27,16 +27,25 @@ from pydantic import ValidationError
 
 from edge_runtime.backends import BACKENDS
 from edge_runtime.config.base import describe_validation_error
-from edge_runtime.config.host_checks import check_directories, check_source, device_notes
+from edge_runtime.config.host_checks import (
+    check_directories,
+    check_source,
+    check_source_at,
+    device_notes,
+    device_notes_at,
+)
 from edge_runtime.config.model import ModelConfig
 from edge_runtime.config.parts import ConfigParts, PipelinePart
 from edge_runtime.config.problems import FieldPath, Problem
 from edge_runtime.config.schema import DecoderOverride, PipelineConfig
+from edge_runtime.config.shared_sources import check_shared_sources, unused_source_notes
 from edge_runtime.decoders.decoded import Decoded
 from edge_runtime.errors import ConfigError, EdgeRuntimeError, ManifestError
 from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.manifest import DecoderSpec
 from edge_runtime.package.store import ModelStore
+from edge_runtime.sources.base import SourceConfig
+from edge_runtime.sources.configs import SharedSourceConfig
 from edge_runtime.tracking.config import DEFAULT_FILTER
 
 IMAGE_LAYOUTS = ("NHWC", "NCHW")
@@ -53,6 +62,9 @@ def check_parts(parts: ConfigParts) -> list[Problem]:
     for part in pipelines:
         problems += check_source(part)
         problems += _check_pipeline_model(part, store, verify=not signed)
+    for name, source in _used_sources(parts, pipelines):
+        problems += check_source_at(source, ("sources", name))
+    problems += check_shared_sources(parts, pipelines)
     for index, served in parts.served:
         at = ("serve", "models", index)
         problems += _check_model(at, f"served model '{served.name}'", served, store, verify=not signed)[0]
@@ -72,7 +84,22 @@ def check_parts(parts: ConfigParts) -> list[Problem]:
 
 def note_parts(parts: ConfigParts) -> list[Problem]:
     """What is not there now but may come, and is retried while the daemon runs: cameras and serial ports."""
-    return [note for part in _started(parts) for note in device_notes(part)]
+    pipelines = _started(parts)
+    notes = [note for part in pipelines for note in device_notes(part)]
+    return notes + [
+        note for name, source in _used_sources(parts, pipelines) for note in device_notes_at(source, ("sources", name))
+    ]
+
+
+def unused_parts(parts: ConfigParts) -> list[Problem]:
+    """What the file gives and nothing uses: the named sources no started pipeline reads, which are not opened."""
+    return unused_source_notes(parts, _started(parts))
+
+
+def _used_sources(parts: ConfigParts, pipelines: list[PipelinePart]) -> list[tuple[str, SourceConfig]]:
+    """The named sources a started pipeline reads: the ones `run` opens."""
+    used = {part.source.name for part in pipelines if isinstance(part.source, SharedSourceConfig)}
+    return [(name, source) for name, source in parts.sources if name in used]
 
 
 def _started(parts: ConfigParts) -> list[PipelinePart]:

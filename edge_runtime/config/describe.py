@@ -71,8 +71,9 @@ def _message(detail: ErrorDetails, path: FieldPath, schema: type[BaseModel], dat
     if kind == "union_tag_not_found":
         return f"missing field 'type' (one of: {', '.join(SOURCE_TYPES)})"
     if kind == "union_tag_invalid":
-        tag = detail.get("ctx", {}).get("tag", "")
-        return f"unknown source type '{tag}'; expected one of: {', '.join(SOURCE_TYPES)}"
+        context = detail.get("ctx", {})
+        expected = str(context.get("expected_tags", "")).replace("'", "") or ", ".join(SOURCE_TYPES)
+        return f"unknown source type '{context.get('tag', '')}'; expected one of: {expected}"
     if kind == "missing":
         return "required field is missing"
     if kind in ("model_type", "model_attributes_type", "dict_type"):

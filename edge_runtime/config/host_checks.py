@@ -19,29 +19,41 @@ from pathlib import Path
 
 from edge_runtime.config.directories import unusable_directory
 from edge_runtime.config.parts import ConfigParts, PipelinePart
-from edge_runtime.config.problems import Problem
+from edge_runtime.config.problems import FieldPath, Problem
 from edge_runtime.errors import ConfigError
+from edge_runtime.sources.base import SourceConfig
 from edge_runtime.sources.configs import (
-    FileSourceConfig,
     FolderSourceConfig,
     ReplaySourceConfig,
     SerialSourceConfig,
-    V4l2SourceConfig,
+    V4l2Camera,
+    VideoFile,
 )
 
-__all__ = ["check_directories", "check_source", "device_notes", "v4l2_device_path"]
+__all__ = [
+    "check_directories",
+    "check_source",
+    "check_source_at",
+    "device_notes",
+    "device_notes_at",
+    "v4l2_device_path",
+]
 
 
 def check_source(part: PipelinePart) -> Iterator[Problem]:
+    return check_source_at(part.source, (*part.at, "source"))
+
+
+def check_source_at(source: SourceConfig | None, at: FieldPath) -> Iterator[Problem]:
+    """The inputs of the source at `at`, a pipeline's own or one named in `sources:`."""
     try:
-        yield from _check_source(part)
+        yield from _check_source(source, at)
     except OSError as error:  # a file or folder this user may not read
-        yield Problem((*part.at, "source"), f"cannot read {error.filename}: {error.strerror}")
+        yield Problem(at, f"cannot read {error.filename}: {error.strerror}")
 
 
-def _check_source(part: PipelinePart) -> Iterator[Problem]:
-    source, at = part.source, (*part.at, "source")
-    if isinstance(source, FileSourceConfig):
+def _check_source(source: SourceConfig | None, at: FieldPath) -> Iterator[Problem]:
+    if isinstance(source, VideoFile):
         from edge_runtime.sources.camera import probe_video_file  # imports OpenCV: only for file sources
 
         try:
@@ -62,8 +74,12 @@ def device_notes(part: PipelinePart) -> Iterator[Problem]:
     """Cameras and serial ports that are not there now. Not a problem: a USB camera unplugged at boot must
     not keep the box's other pipelines from starting, and its own starts once it is plugged in (the source
     retries), so these are said as warnings by check-config and run alike."""
-    source, at = part.source, (*part.at, "source")
-    if isinstance(source, V4l2SourceConfig):
+    return device_notes_at(part.source, (*part.at, "source"))
+
+
+def device_notes_at(source: SourceConfig | None, at: FieldPath) -> Iterator[Problem]:
+    """`device_notes` for the source at `at`, a pipeline's own or one named in `sources:`."""
+    if isinstance(source, V4l2Camera):
         device = v4l2_device_path(source.device)
         if not Path(device).exists():
             yield Problem((*at, "device"), f"video device {device} does not exist now (is the camera plugged in?)")

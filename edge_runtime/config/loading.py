@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from edge_runtime.config.checks import check_parts, note_parts
+from edge_runtime.config.checks import check_parts, note_parts, unused_parts
 from edge_runtime.config.describe import describe, kind_of
 from edge_runtime.config.directories import default_cache_dir, default_state_dir
 from edge_runtime.config.document import Document, YamlSyntaxError, read_document
@@ -62,6 +62,8 @@ def load_config(path: Path | str, environ: Mapping[str, str] | None = None) -> D
     for note in note_parts(parts):
         rendered = Problem(note.path, note.message, document.line_of(note.path or ())).render(file)
         log.warning("%s; the pipeline starts without it and keeps trying", rendered)
+    for note in unused_parts(parts):
+        log.warning("%s", Problem(note.path, note.message, document.line_of(note.path or ())).render(file))
     return config
 
 

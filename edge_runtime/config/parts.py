@@ -26,12 +26,13 @@ from edge_runtime.config.serving import HttpSettings, ServedModelConfig, ServeSe
 from edge_runtime.config.trust import TrustSettings
 from edge_runtime.mqtt.settings import MqttSettings, SpoolSettings, TlsSettings
 from edge_runtime.sources.base import SourceConfig
-from edge_runtime.sources.configs import AnySource
+from edge_runtime.sources.configs import AnySource, Camera, NamedSource
 
 __all__ = ["ConfigParts", "PipelinePart", "parts_of", "resolve_paths", "salvage_parts"]
 
 M = TypeVar("M", bound=BaseModel)
 _SOURCE: TypeAdapter[SourceConfig] = TypeAdapter(AnySource)
+_NAMED_SOURCE: TypeAdapter[Camera] = TypeAdapter(NamedSource)
 _PATH: TypeAdapter[Path] = TypeAdapter(Path)
 _BOOL: TypeAdapter[bool] = TypeAdapter(bool)
 
@@ -54,6 +55,8 @@ class PipelinePart:
 @dataclass(frozen=True)
 class ConfigParts:
     pipelines: tuple[PipelinePart, ...] = ()
+    sources: tuple[tuple[str, Camera], ...] = ()  # the named sources that validated
+    source_names: tuple[str, ...] = ()  # every name in `sources:`, valid or not: a reference to one is no typo
     served: tuple[tuple[int, ServedModelConfig], ...] = ()
     http: HttpSettings | None = None  # only where a serve section is given
     prometheus: PrometheusSettings | None = None
@@ -73,6 +76,8 @@ def parts_of(config: DaemonConfig) -> ConfigParts:
     )
     return ConfigParts(
         pipelines=pipelines,
+        sources=tuple(config.sources.items()),
+        source_names=tuple(config.sources),
         served=tuple(enumerate(serve.models)) if serve is not None else (),
         http=serve.http if serve is not None else None,
         prometheus=config.stats.prometheus,
@@ -93,8 +98,14 @@ def salvage_parts(data: dict[str, Any], base: Path) -> ConfigParts:
     mqtt = _valid(MqttSettings, data.get("mqtt", {}), base)
     tls = mqtt.tls if mqtt else _valid(TlsSettings, _get(data, "mqtt", "tls"), base)
     spool = mqtt.spool if mqtt else _valid(SpoolSettings, _get(data, "mqtt", "spool"), base)
+    named = data.get("sources")
+    named = named if isinstance(named, dict) else {}
     return ConfigParts(
         pipelines=_pipelines(data.get("pipelines"), base),
+        sources=tuple(
+            (name, source) for name, item in named.items() if (source := _valid_named_source(item, base)) is not None
+        ),
+        source_names=tuple(str(name) for name in named),
         served=served,
         http=http,
         prometheus=prometheus,
@@ -164,8 +175,17 @@ def _valid(model: type[M], data: Any, base: Path) -> M | None:
 
 
 def _valid_source(data: Any, base: Path) -> SourceConfig | None:
+    if isinstance(data, str):  # the name of a camera in `sources:`, as the schema reads it
+        data = {"type": "shared", "name": data}
     try:
         return resolve_paths(_SOURCE.validate_python(data), base)
+    except ValidationError:
+        return None
+
+
+def _valid_named_source(data: Any, base: Path) -> Camera | None:
+    try:
+        return resolve_paths(_NAMED_SOURCE.validate_python(data), base)
     except ValidationError:
         return None
 
@@ -194,6 +214,9 @@ def _resolve_value(value: Any, base: Path) -> Any:
         return value if value.is_absolute() else base / value
     if isinstance(value, BaseModel):
         return resolve_paths(value, base)
+    if isinstance(value, dict) and any(isinstance(item, (BaseModel, Path)) for item in value.values()):
+        resolved = {key: _resolve_value(item, base) for key, item in value.items()}
+        return resolved if any(resolved[key] is not value[key] for key in value) else value
     if isinstance(value, tuple) and any(isinstance(item, (BaseModel, Path)) for item in value):
         items = tuple(_resolve_value(item, base) for item in value)
         return items if any(a is not b for a, b in zip(items, value, strict=True)) else value

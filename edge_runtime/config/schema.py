@@ -25,8 +25,10 @@ from edge_runtime.mqtt.topics import FLEET, check_topic_name
 from edge_runtime.package.manifest import DecoderSpec, InputSpec, PadValue
 from edge_runtime.sources.configs import (
     AnySource,
-    CameraSourceConfig,
+    ImageSourceConfig,
+    NamedSource,
     SensorSourceConfig,
+    SharedSourceConfig,
 )
 from edge_runtime.tracking.config import TrackConfig
 from edge_runtime.tracking.events import EventsConfig
@@ -136,7 +138,10 @@ class PipelineConfig(StrictModel):
         description="unique pipeline name; used in MQTT topics, so no / + # or whitespace", examples=["entrance"]
     )
     enabled: bool = Field(default=True, description="false keeps the pipeline in the file without running it")
-    source: AnySource = Field(description="where frames or sensor windows come from; `type` selects the kind")
+    source: AnySource = Field(
+        description="where frames or sensor windows come from; `type` selects the kind, or the name of a camera in "
+        "`sources:` (short for `{type: shared, name: ...}`)"
+    )
     model: ModelConfig = Field(
         description="the model this pipeline runs and how; keys left unset leave the choice to the device profile"
     )
@@ -181,6 +186,11 @@ class PipelineConfig(StrictModel):
     def _topic_safe_name(cls, name: str) -> str:
         return check_topic_name(name)
 
+    @field_validator("source", mode="before")
+    @classmethod
+    def _source_by_name(cls, source: object) -> object:
+        return {"type": "shared", "name": source} if isinstance(source, str) else source
+
     @field_validator("zones")
     @classmethod
     def _zone_names_are_topic_levels(cls, zones: dict[str, ZoneConfig]) -> dict[str, ZoneConfig]:
@@ -211,7 +221,12 @@ class PipelineConfig(StrictModel):
 
     @property
     def is_camera(self) -> bool:
-        return isinstance(self.source, CameraSourceConfig)
+        return isinstance(self.source, ImageSourceConfig)
+
+    @property
+    def shared_source(self) -> str | None:
+        """The name in `sources:` of the camera this pipeline reads, or None for a source of its own."""
+        return self.source.name if isinstance(self.source, SharedSourceConfig) else None
 
     @model_validator(mode="after")
     def _image_settings_need_a_camera(self) -> PipelineConfig:
@@ -265,6 +280,12 @@ class DaemonConfig(StrictModel):
     rollout: RolloutSettings = Field(
         default_factory=RolloutSettings, description="how new model releases are fetched, tried and kept"
     )
+    sources: dict[str, NamedSource] = Field(
+        default_factory=dict,
+        description="cameras by name, each opened and decoded once for every pipeline whose `source:` names it; "
+        "each pipeline still takes frames at its own max_fps and behind its own motion gate",
+        examples=[{"front-door": {"type": "stream", "url": "rtsp://camera-1.lan:554/stream1"}}],
+    )
     pipelines: tuple[PipelineConfig, ...] = Field(
         default=(),
         validate_default=True,
@@ -280,6 +301,14 @@ class DaemonConfig(StrictModel):
                 f"{FLEET!r} is reserved: <prefix>/{FLEET}/infer/<model> is where the fleet's requests arrive"
             )
         return device_id
+
+    @field_validator("sources")
+    @classmethod
+    def _source_names(cls, sources: dict[str, NamedSource]) -> dict[str, NamedSource]:
+        """Names appear in logs, the stats topic and the pipelines' `source:`: one word each, like a topic level."""
+        for name in sources:
+            check_topic_name(name, "source")
+        return sources
 
     @field_validator("log_level", mode="before")
     @classmethod

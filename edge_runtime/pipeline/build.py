@@ -173,8 +173,11 @@ def publish_policy(config: PipelineConfig) -> PublishPolicy:
 
 
 def describe_source(config: PipelineConfig) -> str:
-    """The source as logs and result messages name it, e.g. 'stream:rtsp://admin:***@10.0.0.2/h264'."""
+    """The source as logs and result messages name it, e.g. 'stream:rtsp://admin:***@10.0.0.2/h264', or
+    'shared:front-door' for the camera named front-door in `sources:`."""
     source = config.source
+    if config.shared_source is not None:
+        return f"shared:{config.shared_source}"
     for field in ("url", "device", "path", "port"):
         value = getattr(source, field, None)
         if value is not None:

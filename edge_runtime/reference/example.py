@@ -44,6 +44,9 @@ def _mapping(keys: tuple[Key, ...], indent: int) -> list[str]:
 def _key(key: Key, indent: int) -> list[str]:
     pad = " " * indent
     lines = _comment(_explanation(key), indent)
+    if key.variants and key.named:  # one entry, of the first kind, the others below it
+        entry = [f"{pad}{key.name}:", *_variants(key, indent + 2, _entry_name(key))]
+        return lines + (_commented(entry, indent) if key.default == {} else entry)
     if key.variants:
         return lines + _variants(key, indent)
     if key.keys and key.repeated and key.kind == "list of mappings":
@@ -62,21 +65,23 @@ def _key(key: Key, indent: int) -> list[str]:
     return [*lines, f"{pad}{key.name}: {yaml_value(value)}"]
 
 
-def _variants(key: Key, indent: int) -> list[str]:
-    """The first member active, the others commented out below it without the keys they share with it."""
+def _variants(key: Key, indent: int, name: str | None = None) -> list[str]:
+    """The first member active, the others commented out below it without the keys they share with it; under
+    `name`, an entry's, where the members are the entries of a mapping of names."""
     pad = " " * indent
+    name = name or key.name
     active, *others = key.variants
-    lines = [f"{pad}{key.name}:", *_mapping(active.keys, indent + 2)]
+    lines = [f"{pad}{name}:", *_mapping(active.keys, indent + 2)]
     tags = ", ".join(variant.tag for variant in others)
     shared = [k for k in active.keys if k.name != active.discriminator and any(k in v.keys for v in others)]
     sharing = ", ".join(v.tag for v in others if any(k in v.keys for k in shared))
-    text = f"in place of the {key.name} above, any one of: {tags}."
+    text = f"in place of the {name} above, any one of: {tags}."
     if shared:
         text += f" {sharing} also take {', '.join(k.name for k in shared)}, written as above."
     lines += _comment(text, indent)
     for variant in others:
         own = tuple(k for k in variant.keys if k not in active.keys)
-        lines += _commented([f"{pad}{key.name}:", *_mapping(own, indent + 2)], indent)
+        lines += _commented([f"{pad}{name}:", *_mapping(own, indent + 2)], indent)
     return lines
 
 

@@ -117,8 +117,9 @@ def _key(name: str, field: FieldInfo, path: str) -> Key:
     inner = f"{path}[]." if repeated else f"{path}.{NAMED_ENTRY}." if shape.named else f"{path}."
     variants: tuple[Variant, ...] = ()
     keys: tuple[Key, ...] = ()
-    if isinstance(field.discriminator, str):
-        variants = tuple(_variant(field.discriminator, model, inner) for model in shape.models)
+    discriminator = field.discriminator if isinstance(field.discriminator, str) else shape.discriminator
+    if discriminator is not None:
+        variants = tuple(_variant(discriminator, model, inner) for model in shape.models)
     elif len(shape.models) == 1:
         keys = keys_of(shape.models[0], inner)
     elif shape.models:
@@ -215,6 +216,7 @@ class _Shape:
     listed: bool = False  # a list, whose items are the models
     named: bool = False  # a mapping of names to the models
     item_limits: tuple[str, ...] = ()
+    discriminator: str | None = None  # the key that tells the models apart, where a union nested in a mapping says
 
     @classmethod
     def of(cls, annotation: Any) -> _Shape:
@@ -223,7 +225,9 @@ class _Shape:
             base, *metadata = get_args(annotation)
             shape = cls.of(base)
             limits = tuple(_limits(_constraints(metadata), shape.kind))
-            return replace(shape, item_limits=shape.item_limits + limits)
+            tags = [item.discriminator for item in metadata if isinstance(item, FieldInfo)]
+            discriminator = next((tag for tag in tags if isinstance(tag, str)), shape.discriminator)
+            return replace(shape, item_limits=shape.item_limits + limits, discriminator=discriminator)
         if origin is Union or origin is types.UnionType:
             members = [a for a in get_args(annotation) if a is not type(None)]
             nullable = len(members) < len(get_args(annotation))
@@ -243,7 +247,8 @@ class _Shape:
         if origin is dict:
             key, value = (cls.of(arg) for arg in get_args(annotation))
             if value.models:
-                return _Shape(f"mapping of {key.kind} to {_plural(value.kind)}", models=value.models, named=True)
+                kind = f"mapping of {key.kind} to {_plural(value.kind)}"
+                return _Shape(kind, models=value.models, named=True, discriminator=value.discriminator)
             return _Shape("mapping" if value.kind == "any value" else f"mapping of {key.kind} to {value.kind}")
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             return _Shape("mapping", models=(annotation,))

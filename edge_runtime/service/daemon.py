@@ -51,6 +51,7 @@ from edge_runtime.service.stats import RateMeter, snapshot_dict
 from edge_runtime.service.watchdog import ProgressWatchdog
 from edge_runtime.serving.service import Serving
 from edge_runtime.sources.base import SourceContext
+from edge_runtime.sources.shared import SharedSourceConsumer, SharedSources
 
 log = logging.getLogger("edge_runtime")
 
@@ -82,6 +83,7 @@ class Daemon:
         self.exit_when_done = exit_when_done
         self.notifier = SystemdNotifier()
         self.pipelines: dict[str, Pipeline] = {}
+        self.shared_sources = SharedSources(config.sources)  # cameras opened once for the pipelines naming them
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._meter = RateMeter(window_s=config.stats.interval_s)
@@ -288,7 +290,7 @@ class Daemon:
             switch_to_stored_choice(key, self.pipelines, self.config.pipeline, self.model_pool, self.config_path)
 
     def _source_context(self) -> SourceContext:
-        return SourceContext(subscribe=self.connection.subscribe)
+        return SourceContext(subscribe=self.connection.subscribe, shared=self.shared_sources)
 
     # -- reload, stats, shutdown -------------------------------------------------------------------
 
@@ -313,6 +315,7 @@ class Daemon:
             for published in (self.topics.snapshot(name), self.topics.mask(name)):  # retained by the publisher
                 self.states.put(published, b"")
         self.config = new
+        self.shared_sources.update(new.sources)
         before_start = self.states.mark()
         for name in (*diff.added, *diff.changed):
             self._start_pipeline(new.pipeline(name))
@@ -325,6 +328,7 @@ class Daemon:
         pipelines = {}
         searches = self.fastest.describe()
         measured_by_box = {p.name for p in self.config.pipelines if p.model.select == "fastest"}
+        readers: dict[str, str | None] = {}  # the camera in `sources:` each pipeline reads, None for its own
         for name, pipeline in list(self.pipelines.items()):  # the metrics thread reads while a reload edits
             source = pipeline.source.stats
             figures = snapshot_dict(pipeline.stats, self._meter, source.delivered, source.dropped)
@@ -339,12 +343,18 @@ class Daemon:
                 "outages": source.outages,
                 "malformed": source.malformed,
             }
+            shared = pipeline.source.source_name if isinstance(pipeline.source, SharedSourceConsumer) else None
+            readers[name] = shared
+            if shared is not None:
+                figures["source"]["shared"] = shared
             pipelines[name] = figures
         publisher = self.publisher.stats()
         mqtt = asdict(publisher) | {"spool_depth": publisher.spool_messages}
         mqtt["dropped"] = publisher.dropped_full + publisher.dropped_age
         uptime = round(time.monotonic() - self._started, 1)
         report = {"device_id": self.config.device_id, "uptime_s": uptime, "pipelines": pipelines, "mqtt": mqtt}
+        if self.config.sources:  # each camera in `sources:` that is open, for all the pipelines reading it
+            report["sources"] = self.shared_sources.figures(readers, self._meter.rate)
         # the latest rollout in brief, if any ran, beside counters that exist from the start
         report["rollout"] = (self.rollouts.latest() or {}) | self.rollouts.figures()
         if self.serving is not None:
@@ -359,6 +369,8 @@ class Daemon:
     def _publish_stats(self) -> None:
         report = self.report()
         self.publisher.publish(self.topics.stats, json.dumps(report).encode(), qos=0)
+        for source_name, source_outage in self.shared_sources.outages().items():
+            log.info("stats source %s: %s", source_name, source_outage)
         for name, figures in report["pipelines"].items():
             pipeline = self.pipelines.get(name)
             outage = pipeline.source.outage() if pipeline is not None else None
@@ -415,6 +427,7 @@ class Daemon:
             self.serving.stop()
         for name in list(self.pipelines):
             self._stop_pipeline(name, timeout=max(1.0, (deadline - time.monotonic()) / 2))
+        self.shared_sources.close()
         self.publisher.close(timeout=max(0.5, deadline - time.monotonic()))
         left = self.publisher.stats().spool_messages
         if left:

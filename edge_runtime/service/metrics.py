@@ -27,6 +27,13 @@ _PIPELINE_COUNTERS = {
     "crops_failed": "crops skipped by the cascade because preprocessing them failed",
 }
 _PIPELINE_GAUGES = {"fps_in": "input rate over the last interval", "fps_out": "result rate over the last interval"}
+_SOURCE_COUNTERS = {
+    "frames_captured": "frames grabbed from a camera named in sources:, for all its pipelines",
+    "decoded": "frames of a named camera decoded for at least one pipeline",
+    "reconnects": "times a named camera came back after an outage",
+    "outages": "outages of a named camera",
+}
+_SOURCE_GAUGES = {"connected": "1 while a named camera delivers", "fps_captured": "frames grabbed per second"}
 _MQTT_GAUGES = {
     "connected": "1 while connected to the broker",
     "spool_depth": "results waiting in the spool",
@@ -65,6 +72,7 @@ class DaemonCollector(Collector):
         report = self._report()
         pipelines: dict[str, dict[str, Any]] = report.get("pipelines", {})
         yield from _pipeline_metrics(pipelines)
+        yield from _source_metrics(report.get("sources", {}))
         yield from _serving_metrics(report.get("serving", {}))
         if "serving_refused" in report:
             unknown = report["serving_refused"]["unknown_model"]
@@ -115,6 +123,22 @@ def _pipeline_metrics(pipelines: dict[str, dict[str, Any]]) -> Iterator[Metric]:
         info.add_metric(labels, 1.0)
     yield latency
     yield info
+
+
+def _source_metrics(sources: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    """The cameras named in `sources:`, each once however many pipelines read it."""
+    if not sources:
+        return
+    for key, text in _SOURCE_COUNTERS.items():
+        counter = CounterMetricFamily(f"edge_runtime_source_{key}", text, labels=["source"])
+        for name, figures in sources.items():
+            counter.add_metric([name], float(figures.get(key, 0)))
+        yield counter
+    for key, text in _SOURCE_GAUGES.items():
+        gauge = GaugeMetricFamily(f"edge_runtime_source_{key}", text, labels=["source"])
+        for name, figures in sources.items():
+            gauge.add_metric([name], float(figures.get(key, 0.0)))
+        yield gauge
 
 
 def _serving_metrics(models: dict[str, dict[str, Any]]) -> Iterator[Metric]:

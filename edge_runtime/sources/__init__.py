@@ -16,6 +16,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "v4l2": ("edge_runtime.sources.camera", "CameraSource"),
     "stream": ("edge_runtime.sources.camera", "CameraSource"),
     "file": ("edge_runtime.sources.camera", "CameraSource"),
+    "shared": ("edge_runtime.sources.shared", "SharedSourceConsumer"),
     "folder": ("edge_runtime.sources.folder", "ImageFolderSource"),
     "mqtt": ("edge_runtime.sources.mqtt_sensor", "MqttSensor"),
     "serial": ("edge_runtime.sources.serial_sensor", "SerialSensor"),

@@ -11,10 +11,14 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from edge_runtime.config.base import StrictModel
+
+if TYPE_CHECKING:
+    from edge_runtime.sources.shared import SharedSources
 
 
 class SourceConfig(StrictModel):
@@ -76,9 +80,11 @@ MessageHandler = Callable[[str, bytes], None]
 
 @dataclass(frozen=True)
 class SourceContext:
-    """What the daemon lends its sources: sensor sources on MQTT subscribe through its broker connection."""
+    """What the daemon lends its sources: sensor sources on MQTT subscribe through its broker connection, and
+    pipelines on a camera named in `sources:` read its one capture."""
 
     subscribe: Callable[[str, int, MessageHandler], None] | None = None
+    shared: SharedSources | None = None
 
 
 class Source(ABC):

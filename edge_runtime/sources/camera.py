@@ -27,7 +27,7 @@ import cv2
 from edge_runtime.backoff import Backoff
 from edge_runtime.errors import ConfigError
 from edge_runtime.sources.base import SourceContext
-from edge_runtime.sources.configs import CameraSourceConfig, FileSourceConfig, StreamSourceConfig, V4l2SourceConfig
+from edge_runtime.sources.configs import Camera, ImageSourceConfig, StreamCamera, V4l2Camera, VideoFile
 from edge_runtime.sources.frames import FrameSource
 from edge_runtime.sources.reconnect import ConnectionMonitor, mask_url, spoken_duration
 
@@ -71,8 +71,13 @@ def open_with_ffmpeg(target: str, options: str, params: list[int]) -> cv2.VideoC
 
 
 class CameraSource(FrameSource):
-    def __init__(self, config: CameraSourceConfig, name: str, context: SourceContext | None = None) -> None:
-        super().__init__(config, name, context)
+    config: Camera
+
+    def __init__(self, config: Camera, name: str, context: SourceContext | None = None) -> None:
+        """`config` is a pipeline's own camera, which also says which frames the pipeline takes, or a camera
+        named in `sources:` (see `shared`), whose frames go to the pipelines that name it instead."""
+        selection = config if isinstance(config, ImageSourceConfig) else ImageSourceConfig()
+        super().__init__(config, name, context, selection)
         self.target = _describe(config)
         self._monitor = ConnectionMonitor(self.stats, name, self.target)
         self._open_timeout_s = max(config.stall_timeout_s, _MIN_OPEN_TIMEOUT_S)
@@ -85,12 +90,12 @@ class CameraSource(FrameSource):
         self._play_started = 0.0
 
     def _prepare(self) -> None:
-        if isinstance(self.config, FileSourceConfig):
+        if isinstance(self.config, VideoFile):
             self._file_fps, self._file_frames = probe_video_file(self.config.path)
 
     def _capture(self) -> None:
         try:
-            if isinstance(self.config, FileSourceConfig):
+            if isinstance(self.config, VideoFile):
                 self._play_file(self.config)
             else:
                 self._capture_live()
@@ -105,7 +110,7 @@ class CameraSource(FrameSource):
         return self._monitor.outage()
 
     def progress(self) -> str | None:
-        if not isinstance(self.config, FileSourceConfig) or self.config.loop or not self._file_frames:
+        if not isinstance(self.config, VideoFile) or self.config.loop or not self._file_frames:
             return None
         played, total = min(self._frames_played, self._file_frames), self._file_frames
         said = f"frame {played} of {total} ({100 * played // total} %)"
@@ -141,13 +146,13 @@ class CameraSource(FrameSource):
 
     def _open_live(self) -> cv2.VideoCapture:
         config = self.config
-        if isinstance(config, StreamSourceConfig):
+        if isinstance(config, StreamCamera):
             timeout_ms = round(self._open_timeout_s * 1000)
             read_timeout_ms = round(config.stall_timeout_s * 1000)
             params = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, timeout_ms, cv2.CAP_PROP_READ_TIMEOUT_MSEC, read_timeout_ms]
             options = ffmpeg_capture_options(config.url, config.transport, config.stall_timeout_s)
             return open_with_ffmpeg(config.url, options, params)
-        assert isinstance(config, V4l2SourceConfig)
+        assert isinstance(config, V4l2Camera)
         device = int(config.device) if isinstance(config.device, str) and config.device.isdigit() else config.device
         capture = cv2.VideoCapture(device, cv2.CAP_V4L2)
         if capture.isOpened():
@@ -194,7 +199,7 @@ class CameraSource(FrameSource):
 
     # files
 
-    def _play_file(self, config: FileSourceConfig) -> None:
+    def _play_file(self, config: VideoFile) -> None:
         frame_period = 1.0 / self._file_fps
         frames_played = 0
         started = self._play_started = time.monotonic()
@@ -221,31 +226,31 @@ class CameraSource(FrameSource):
                 return
 
 
-def _describe(config: CameraSourceConfig) -> str:
-    if isinstance(config, StreamSourceConfig):
+def _describe(config: Camera) -> str:
+    if isinstance(config, StreamCamera):
         return mask_url(config.url)
-    if isinstance(config, V4l2SourceConfig):
+    if isinstance(config, V4l2Camera):
         device = str(config.device)
         return f"/dev/video{device}" if device.isdigit() else device
-    if isinstance(config, FileSourceConfig):
+    if isinstance(config, VideoFile):
         return str(config.path)
     raise ConfigError(f"camera sources do not handle type {getattr(config, 'type', '?')!r}")
 
 
-def _why_not_opened(config: CameraSourceConfig) -> str:
+def _why_not_opened(config: Camera) -> str:
     """One line of our own in place of FFmpeg's and V4L2's native messages, which are silenced.
 
     For a network stream, a TCP connection to its host tells an unreachable camera from one that
     answers but would not stream (a wrong path, credentials or codec).
     """
-    if isinstance(config, V4l2SourceConfig):
+    if isinstance(config, V4l2Camera):
         device = Path(_describe(config))
         if not device.exists():
             return f"{device} does not exist (is the camera plugged in?)"
         if not os.access(device, os.R_OK | os.W_OK):
             return f"no permission to open {device} (add the service's user to the video group)"
         return f"{device} exists but would not open (busy in another program, or not a capture device)"
-    if not isinstance(config, StreamSourceConfig):
+    if not isinstance(config, StreamCamera):
         return "unknown reason"
     parts = urlsplit(config.url)
     default_ports = {"rtsp": 554, "rtsps": 322, "http": 80, "https": 443, "rtmp": 1935}
@@ -288,7 +293,7 @@ def probe_video_file(path: Path) -> tuple[float, int]:
     return fps, frames
 
 
-def _apply_v4l2_settings(capture: cv2.VideoCapture, config: V4l2SourceConfig, name: str) -> None:
+def _apply_v4l2_settings(capture: cv2.VideoCapture, config: V4l2Camera, name: str) -> None:
     """Ask the driver for the configured format; it may pick the nearest it supports, so say what it chose."""
     wanted: list[tuple[str, int, float]] = []
     if config.fourcc:

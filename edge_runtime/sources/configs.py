@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from edge_runtime.sources.base import SourceConfig
 
@@ -49,7 +49,9 @@ class MotionGate(SourceConfig):
     )
 
 
-class CameraSourceConfig(SourceConfig):
+class ImageSourceConfig(SourceConfig):
+    """What every pipeline that takes frames chooses for itself: which frames it takes, and how it waits."""
+
     policy: Literal["latest", "every"] = Field(
         default="latest", description="latest: live cameras, never queue stale frames; every: process all"
     )
@@ -63,6 +65,11 @@ class CameraSourceConfig(SourceConfig):
         default=None,
         description="skip inference while the scene does not change; `motion: {}` turns it on with the defaults",
     )
+
+
+class CaptureSettings(SourceConfig):
+    """How a camera is kept open, whether one pipeline opens it or it is named in `sources:` for several."""
+
     stall_timeout_s: float = Field(
         default=10.0,
         gt=0,
@@ -73,7 +80,13 @@ class CameraSourceConfig(SourceConfig):
     )
 
 
-class V4l2SourceConfig(CameraSourceConfig):
+class CameraSourceConfig(CaptureSettings, ImageSourceConfig):
+    """A camera, stream, file or folder this pipeline opens by itself."""
+
+
+class V4l2Camera(CaptureSettings):
+    """A V4L2 device: what to open and what to ask it for."""
+
     type: Literal["v4l2"] = Field(description="a USB or CSI camera on this box (Video4Linux)")
     device: str | int = Field(description="/dev/videoN or its index N", examples=["/dev/video0"])
     width: int | None = Field(
@@ -92,7 +105,9 @@ class V4l2SourceConfig(CameraSourceConfig):
     )
 
 
-class StreamSourceConfig(CameraSourceConfig):
+class StreamCamera(CaptureSettings):
+    """A network stream: where it is and how to reach it."""
+
     type: Literal["stream"] = Field(
         description="an RTSP, HTTP, RTMP, UDP or TCP stream, reopened with backoff when lost or frozen"
     )
@@ -106,11 +121,26 @@ class StreamSourceConfig(CameraSourceConfig):
     )
 
 
-class FileSourceConfig(CameraSourceConfig):
+class VideoFile(CaptureSettings):
+    """A video file: which, and how it is played."""
+
     type: Literal["file"] = Field(description="a video file, played once or looping")
     path: Path = Field(description="the video file; relative to the config file's directory", examples=["clip.mp4"])
     loop: bool = Field(default=False, description="start again at the end instead of ending the source")
     realtime: bool = Field(default=False, description="pace frames at the file's frame rate, like a camera")
+
+
+class V4l2SourceConfig(V4l2Camera, CameraSourceConfig):
+    """A V4L2 device this pipeline opens by itself."""
+
+
+class StreamSourceConfig(StreamCamera, CameraSourceConfig):
+    """A network stream this pipeline opens by itself."""
+
+
+class FileSourceConfig(VideoFile, CameraSourceConfig):
+    """A video file this pipeline plays by itself."""
+
     policy: Literal["latest", "every"] = Field(
         default="every",
         description="every: process every frame (the file is read as fast as the model takes it); latest: drop "
@@ -120,6 +150,10 @@ class FileSourceConfig(CameraSourceConfig):
     @property
     def unpaced(self) -> bool:
         return not self.realtime and self.max_fps is None
+
+
+Camera = V4l2Camera | StreamCamera | VideoFile
+"""What a camera source opens: a pipeline's own (`V4l2SourceConfig`, ...) or a camera named in `sources:`."""
 
 
 class FolderSourceConfig(CameraSourceConfig):
@@ -161,6 +195,31 @@ class WindowSpec(SourceConfig):
         if self.stride > self.length:
             raise ValueError(f"stride {self.stride} is longer than the window ({self.length}): samples would be lost")
         return self
+
+
+class SharedSourceConfig(ImageSourceConfig):
+    """The frames of a camera named in the top-level `sources:`, captured and decoded once for every pipeline
+    that names it; each pipeline takes them at its own `max_fps`, behind its own motion gate."""
+
+    type: Literal["shared"] = Field(
+        description="frames of a camera named in the top-level `sources:`, opened once however many pipelines use it"
+    )
+    name: str = Field(min_length=1, description="the source's name in `sources:`", examples=["front-door"])
+    policy: Literal["latest"] = Field(
+        default="latest",
+        description="latest, the only choice here: a pipeline with no time for a frame skips it, so it never holds "
+        "up the capture or the other pipelines on the camera",
+    )
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _latest_only(cls, policy: object) -> object:
+        if policy == "every":
+            raise ValueError(
+                "a shared source hands each pipeline its newest frame; policy every would make the capture, and so "
+                "every other pipeline on it, wait for the slowest one (give this pipeline its own inline source)"
+            )
+        return policy
 
 
 class SensorSourceConfig(SourceConfig):
@@ -220,9 +279,14 @@ AnySource = Annotated[
     V4l2SourceConfig
     | StreamSourceConfig
     | FileSourceConfig
+    | SharedSourceConfig
     | FolderSourceConfig
     | MqttSourceConfig
     | SerialSourceConfig
     | ReplaySourceConfig,
     Field(discriminator="type"),
 ]
+
+NamedSource = Annotated[V4l2Camera | StreamCamera | VideoFile, Field(discriminator="type")]
+"""What `sources:` may name: a camera whose capture and decode several pipelines share. It has no frame policy,
+rate limit or motion gate: each pipeline on it sets its own."""

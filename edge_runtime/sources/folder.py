@@ -39,7 +39,7 @@ class ImageFolderSource(FrameSource):
     config: FolderConfig
 
     def __init__(self, config: FolderConfig, name: str, context: SourceContext | None = None) -> None:
-        super().__init__(config, name, context)
+        super().__init__(config, name, context, config)
         self._reported: set[Path] = set()
 
     def _prepare(self) -> None:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceContext
-from edge_runtime.sources.configs import CameraSourceConfig
+from edge_runtime.sources.base import EndOfSource, Frame, Source, SourceContext, SourceStats
+from edge_runtime.sources.configs import CaptureSettings, ImageSourceConfig
 from edge_runtime.sources.motion import MotionDetector
 
 log = logging.getLogger(__name__)
@@ -100,22 +100,74 @@ class RateLimiter:
         return True
 
 
+class FrameOutlet:
+    """Where one reader takes frames: its buffer, frame policy, rate limit and motion gate, and its counters.
+
+    A source read by one pipeline has one; a capture shared by several pipelines (`shared`) has one per
+    pipeline, so each keeps its own `max_fps`, policy and motion gate, and a slow one only drops its own frames.
+    """
+
+    def __init__(self, selection: ImageSourceConfig, name: str, stats: SourceStats) -> None:
+        self.name = name
+        self.stats = stats
+        latest = selection.policy == "latest"
+        self._buffer = FrameBuffer(1 if latest else EVERY_QUEUE_LENGTH, replace_oldest=latest)
+        self._rate = RateLimiter(selection.max_fps) if selection.max_fps else None
+        motion = selection.motion
+        self._motion = MotionDetector(motion) if motion is not None and motion.enabled else None
+        self.latest_held: float | None = None  # capture time; one reference, written by the capture thread
+        self._next_index = 0
+
+    def admit(self, frame_time: float) -> bool:
+        """Apply `max_fps` to a grabbed frame, before it is decoded; `frame_time` in s."""
+        if self._rate is None or self._rate.admit(frame_time):
+            return True
+        self.count_dropped()
+        return False
+
+    def offer(self, image: np.ndarray, captured_at: float, frame_time: float) -> None:
+        """Hand an admitted frame to the reader, unless the motion gate holds it back."""
+        if self._motion is not None and not self._motion.passes(image, frame_time):
+            self.latest_held = captured_at
+            self.count_dropped()
+            return
+        if self._buffer.put(Captured(image, captured_at)):
+            self.count_dropped()
+
+    def read(self, timeout: float) -> Frame | None:
+        captured = self._buffer.get(timeout)
+        if captured is None:
+            return None
+        frame = Frame(captured.image, self._next_index, captured.captured_at, self.name)
+        self._next_index += 1
+        with self.stats.lock:
+            self.stats.delivered += 1
+        return frame
+
+    def finish(self) -> None:
+        self._buffer.finish()
+
+    def close(self) -> None:
+        self._buffer.close()
+
+    def count_dropped(self) -> None:
+        with self.stats.lock:
+            self.stats.dropped += 1
+
+
 class FrameSource(Source):
     """Base of image sources: subclasses implement `_capture`, which calls `_admit` and `_offer`."""
 
-    config: CameraSourceConfig
+    config: CaptureSettings
 
-    def __init__(self, config: CameraSourceConfig, name: str, context: SourceContext | None = None) -> None:
+    def __init__(
+        self, config: CaptureSettings, name: str, context: SourceContext | None, selection: ImageSourceConfig
+    ) -> None:
+        """`selection`: which frames the reader takes (policy, max_fps, motion), usually `config` itself."""
         super().__init__(config, name, context)
-        latest = config.policy == "latest"
-        self._buffer = FrameBuffer(1 if latest else EVERY_QUEUE_LENGTH, replace_oldest=latest)
-        self._rate = RateLimiter(config.max_fps) if config.max_fps else None
-        motion = config.motion
-        self._motion = MotionDetector(motion) if motion is not None and motion.enabled else None
-        self._latest_held: float | None = None  # capture time; one reference, written by the capture thread
+        self._outlet = FrameOutlet(selection, name, self.stats)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._next_index = 0
         self.frames_captured = 0  # frames grabbed from the input, delivered or not
         self._join_timeout_s = _JOIN_TIMEOUT_S
 
@@ -128,18 +180,11 @@ class FrameSource(Source):
 
     def read(self, timeout: float) -> Frame | None:
         self._watch()
-        captured = self._buffer.get(timeout)
-        if captured is None:
-            return None
-        frame = Frame(captured.image, self._next_index, captured.captured_at, self.name)
-        self._next_index += 1
-        with self.stats.lock:
-            self.stats.delivered += 1
-        return frame
+        return self._outlet.read(timeout)
 
     def close(self) -> None:
         self._stop.set()
-        self._buffer.close()
+        self._outlet.close()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(self._join_timeout_s)
@@ -169,31 +214,23 @@ class FrameSource(Source):
                 self.stats.last_error = f"capture failed: {error}"
                 self.stats.connected = False
         finally:
-            self._buffer.finish()
+            self._finish()
+
+    def _finish(self) -> None:
+        """The input has ended or failed for good: readers get EndOfSource once they have what was captured."""
+        self._outlet.finish()
 
     def _admit(self, frame_time: float) -> bool:
         """Count a grabbed frame and apply `max_fps`, before the frame is decoded; `frame_time` in s."""
         self.frames_captured += 1
-        if self._rate is None or self._rate.admit(frame_time):
-            return True
-        self._count_dropped()
-        return False
+        return self._outlet.admit(frame_time)
 
     def latest_held(self) -> float | None:
-        return self._latest_held
+        return self._outlet.latest_held
 
     def _offer(self, image: np.ndarray, captured_at: float, frame_time: float) -> None:
         """Hand an admitted frame to the reader, unless the motion gate holds it back."""
-        if self._motion is not None and not self._motion.passes(image, frame_time):
-            self._latest_held = captured_at
-            self._count_dropped()
-            return
-        if self._buffer.put(Captured(image, captured_at)):
-            self._count_dropped()
-
-    def _count_dropped(self) -> None:
-        with self.stats.lock:
-            self.stats.dropped += 1
+        self._outlet.offer(image, captured_at, frame_time)
 
     def _wait(self, seconds: float) -> bool:
         """Sleep unless closed meanwhile; returns True if the source is stopping."""

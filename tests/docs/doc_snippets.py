@@ -46,7 +46,7 @@ SAMPLES = REPO / "samples"
 
 CONFIG_SECTIONS = frozenset(
     {"device_id", "mqtt", "state_dir", "cache_dir", "stats", "log_level", "serve", "trust", "control", "rollout",
-     "pipelines"}
+     "sources", "pipelines"}
 )  # fmt: skip
 PIPELINE_FIELDS = frozenset({"name", "enabled", "source", "model", "preprocess", "decoder", "publish"})
 
@@ -245,8 +245,11 @@ class Sandbox:
 
     def _make_files(self, config: dict[str, Any]) -> None:
         pipelines = config.get("pipelines") or []
+        for source in (config.get("sources") or {}).values():
+            self._make_source(source)
         for pipeline in pipelines:
-            self._make_source(pipeline["source"])
+            if isinstance(pipeline["source"], dict):  # not the name of one in `sources:`
+                self._make_source(pipeline["source"])
             self._make_model(self._path(pipeline["model"]["path"]), pipeline)
         serve = config.get("serve") or {}
         for model in serve.get("models", []):

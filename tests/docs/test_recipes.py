@@ -209,3 +209,26 @@ def test_predictions_on_request_over_http_and_mqtt(sandbox: Sandbox, mosquitto: 
         status = daemon.stop()
     assert status == 0, daemon.log
     assert f"serving faces on http://127.0.0.1:{port}" in daemon.log
+
+
+def test_two_models_on_one_camera_open_it_once(sandbox: Sandbox, mosquitto: Mosquitto, camera: RtspRelay) -> None:
+    (recipe,) = full_configs("recipes/two-models-one-camera.md")
+    sandbox.credentials["door-camera-url"] = camera_url(camera)
+    config = sandbox.write(on_test_broker(recipe.text, mosquitto))
+    results = mosquitto.subscribe_collect("edge/gate-3/+/result")
+    stats = mosquitto.subscribe_collect("edge/gate-3/stats", qos=0)
+    daemon = DaemonProcess(config, env=sandbox.env)
+    try:
+        assert results.wait_until(
+            lambda _: len(messages(results, "door-faces")) >= 3 and messages(results, "door-people"), timeout=60
+        ), daemon.log
+        faces, people = messages(results, "door-faces"), messages(results, "door-people")
+        assert {result["source"] for result in faces + people} == {"shared:door"}
+        assert people[0]["result"]["detections"][0]["label"] == "person"
+        assert stats.wait_until(lambda m: any(b'"sources"' in x.payload for x in m), timeout=60), daemon.log
+    finally:
+        status = daemon.stop()
+    assert status == 0, daemon.log
+    assert camera.connections == 1  # one capture for both pipelines
+    report = json.loads(next(x.payload for x in stats.messages if b'"sources"' in x.payload))
+    assert report["sources"]["door"]["pipelines"] == ["door-faces", "door-people"]

@@ -67,16 +67,20 @@ def test_every_key_of_the_schema_is_on_the_page() -> None:
 
 
 def test_each_kind_of_source_lists_its_own_keys() -> None:
-    """A kind's section lists the keys it has, and no key only another kind has (shared sections aside)."""
+    """A kind's section lists the keys it has, and no key only another kind has (shared sections aside). A pipeline's
+    own camera has the keys of the camera named in `sources:` and those that say which frames the pipeline takes."""
     schema = DaemonConfig.model_json_schema()
-    direct: dict[str, set[str]] = {}
-    for tag, row in rows_by_section():
-        if tag is not None and row["path"].count(".") == 2:
-            direct.setdefault(tag, set()).add(row["path"].removeprefix("pipelines[].source."))
-    members = schema["$defs"]
-    for tag, names in direct.items():
-        [member] = [m for m in members.values() if m.get("properties", {}).get("type", {}).get("const") == tag]
-        assert names == set(member["properties"]), tag
+    for prefix, pick in (("pipelines[].source.", max), ("sources.<name>.", min)):
+        direct: dict[str, set[str]] = {}
+        for tag, row in rows_by_section():
+            if tag is not None and row["path"].startswith(prefix) and row["path"].count(".") == 2:
+                direct.setdefault(tag, set()).add(row["path"].removeprefix(prefix))
+        members = schema["$defs"]
+        for tag, names in direct.items():
+            tagged = [m for m in members.values() if m.get("properties", {}).get("type", {}).get("const") == tag]
+            member = pick(tagged, key=lambda m: len(m["properties"]))
+            assert names == set(member["properties"]), tag
+        assert direct, prefix
 
 
 @pytest.mark.parametrize(
@@ -134,6 +138,7 @@ def test_a_union_by_type_has_one_section_per_member() -> None:
         "v4l2",
         "stream",
         "file",
+        "shared",
         "folder",
         "mqtt",
         "serial",

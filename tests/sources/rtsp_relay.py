@@ -3,7 +3,8 @@
 ffmpeg can push to an RTSP server but cannot be one for players, so the test plays the server's
 part of the protocol (OPTIONS, DESCRIBE, SETUP, PLAY) itself and relays ffmpeg's RTP packets to each
 client, interleaved on the RTSP connection. It answers only TCP transport and records what each
-SETUP asked for, so a test can check which transport the client requested.
+SETUP asked for, so a test can check which transport the client requested, and it counts the clients
+that connect.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class RtspRelay:
     def __init__(self, ffmpeg: str, media: Path, port: int, workdir: Path) -> None:
         self.ffmpeg, self.media, self.port, self.workdir = ffmpeg, media, port, workdir
         self.setups: list[str] = []  # Transport headers of every SETUP received
+        self.connections = 0  # TCP connections accepted, one per RTSP client
         self.frozen = False  # True: keep connections open but stop sending packets
         self._clients: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -69,6 +71,7 @@ class RtspRelay:
         with contextlib.suppress(OSError):
             while True:
                 client, _ = listener.accept()
+                self.connections += 1
                 threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _relay(self, rtp: socket.socket) -> None:

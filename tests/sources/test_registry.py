@@ -17,12 +17,14 @@ from edge_runtime.sources.folder import ImageFolderSource
 from edge_runtime.sources.mqtt_sensor import MqttSensor
 from edge_runtime.sources.replay import ReplaySensor
 from edge_runtime.sources.serial_sensor import SerialSensor
+from edge_runtime.sources.shared import SharedSourceConsumer, SharedSources
 
 WINDOW = {"length": 4, "stride": 2}
 CONFIGS = {
     "v4l2": ({"device": 0}, CameraSource),
     "stream": ({"url": "rtsp://cam/1"}, CameraSource),
     "file": ({"path": "clip.mp4"}, CameraSource),
+    "shared": ({"name": "door"}, SharedSourceConsumer),
     "folder": ({"path": "pictures"}, ImageFolderSource),
     "mqtt": ({"topics": ["a/b"], "window": WINDOW}, MqttSensor),
     "serial": ({"port": "/dev/ttyUSB0", "window": WINDOW}, SerialSensor),
@@ -40,7 +42,7 @@ def test_the_registry_covers_the_schema() -> None:
 def test_make_source_builds_each_type_without_starting_it(source_type: str) -> None:
     fields, expected = CONFIGS[source_type]
     config = TypeAdapter(AnySource).validate_python({"type": source_type, **fields})
-    source = make_source(config, f"{source_type}-1", SourceContext())
+    source = make_source(config, f"{source_type}-1", SourceContext(shared=SharedSources({})))
     assert type(source) is expected
     assert source.name == f"{source_type}-1" and not source.stats.connected
 
@@ -56,8 +58,16 @@ def test_unknown_type_is_a_config_error() -> None:
     class Odd:
         type = "carrier-pigeon"
 
-    with pytest.raises(ConfigError, match="unknown source type 'carrier-pigeon'; known: v4l2, stream, file, folder"):
+    with pytest.raises(
+        ConfigError, match="unknown source type 'carrier-pigeon'; known: v4l2, stream, file, shared, folder"
+    ):
         make_source(Odd(), "x")  # type: ignore[arg-type]
+
+
+def test_a_shared_source_outside_the_daemon_is_a_config_error() -> None:
+    config = TypeAdapter(AnySource).validate_python({"type": "shared", "name": "door"})
+    with pytest.raises(ConfigError, match="shared sources need the daemon's `sources:`"):
+        make_source(config, "shared:door", SourceContext())
 
 
 def test_motion_keepalive_and_serial_reconnect_are_configurable(tmp_path: Path) -> None:
@@ -79,6 +89,7 @@ def test_motion_keepalive_and_serial_reconnect_are_configurable(tmp_path: Path) 
         ("file", {}, True),
         ("file", {"realtime": True}, False),
         ("file", {"max_fps": 5}, False),
+        ("shared", {}, False),
         ("folder", {}, True),
         ("folder", {"max_fps": 2}, False),
         ("mqtt", {}, False),
