@@ -43,15 +43,17 @@ from edge_runtime.placement.loading import Box, look_at_box
 from edge_runtime.placement.model_pool import ModelPool
 from edge_runtime.placement.selection import model_key
 from edge_runtime.rollout.manager import RolloutHost, Rollouts
+from edge_runtime.service.broker_qos import refuse_qos_the_broker_lacks
 from edge_runtime.service.health import HEALTH_FILE, HealthReporter
 from edge_runtime.service.metrics import serve_metrics
 from edge_runtime.service.model_switch import switch_to_stored_choice
 from edge_runtime.service.notify import SystemdNotifier
-from edge_runtime.service.stats import RateMeter, snapshot_dict
+from edge_runtime.service.report import log_stats, pipeline_figures, shared_source_of
+from edge_runtime.service.stats import RateMeter
 from edge_runtime.service.watchdog import ProgressWatchdog
 from edge_runtime.serving.service import Serving
 from edge_runtime.sources.base import SourceContext
-from edge_runtime.sources.shared import SharedSourceConsumer, SharedSources
+from edge_runtime.sources.shared import SharedSources
 
 log = logging.getLogger("edge_runtime")
 
@@ -155,7 +157,7 @@ class Daemon:
                 self.serving.start()
             connected = self.connection.wait_connected(CONNECT_WAIT_S)
             if connected:
-                self._check_broker_qos()
+                refuse_qos_the_broker_lacks(self.connection, self.config, CONNECT_WAIT_S)
             mode = "connected to the broker" if connected else "broker unreachable, spooling results"
             served = f", serving {len(self.serving.models)} models" if self.serving else ""
             self.notifier.ready(f"{len(self.pipelines)} pipelines running{served}, {mode}")
@@ -172,26 +174,6 @@ class Daemon:
         finally:
             self._shut_down()
         return 0
-
-    def _check_broker_qos(self) -> None:
-        """A pipeline that asks for QoS 2 from a broker without it is refused at start, not downgraded."""
-        check = self.connection.qos
-        if not check.wanted:
-            return
-        deadline = time.monotonic() + CONNECT_WAIT_S
-        while check.maximum is None and self.connection.connected and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if check.maximum is None or check.maximum >= 2:
-            return
-        fields = [
-            f"pipelines[{index}].publish.qos"
-            for index, pipeline in enumerate(self.config.pipelines)
-            if pipeline.enabled and pipeline.publish.qos == 2
-        ]
-        raise ConfigError(
-            f"{', '.join(fields)}: 2, but broker {self.connection.broker} takes at most QoS {check.maximum} "
-            f"({check.source}); set publish.qos to 1, or use a broker with QoS 2 (docs/operating/brokers.md)"
-        )
 
     def _install_signal_handlers(self) -> None:
         def stop(signum: int, _frame: FrameType | None) -> None:
@@ -325,29 +307,14 @@ class Daemon:
         self.notifier.ready(f"{len(self.pipelines)} pipelines running")
 
     def report(self) -> dict[str, Any]:
-        pipelines = {}
         searches = self.fastest.describe()
         measured_by_box = {p.name for p in self.config.pipelines if p.model.select == "fastest"}
+        pipelines = {}
         readers: dict[str, str | None] = {}  # the camera in `sources:` each pipeline reads, None for its own
         for name, pipeline in list(self.pipelines.items()):  # the metrics thread reads while a reload edits
-            source = pipeline.source.stats
-            figures = snapshot_dict(pipeline.stats, self._meter, source.delivered, source.dropped)
-            runs_on = pipeline.model.backend.runs_on
-            figures["runtime"] = {"backend": runs_on.backend, "device": runs_on.device, "precision": runs_on.precision}
-            figures["runtime"]["variant"] = pipeline.model.variant_id
-            if name in measured_by_box:
-                figures["runtime"]["select_fastest"] = searches.get(model_key(pipeline.model.package), {})
-            figures["source"] = {
-                "connected": source.connected,
-                "reconnects": source.reconnects,
-                "outages": source.outages,
-                "malformed": source.malformed,
-            }
-            shared = pipeline.source.source_name if isinstance(pipeline.source, SharedSourceConsumer) else None
-            readers[name] = shared
-            if shared is not None:
-                figures["source"]["shared"] = shared
-            pipelines[name] = figures
+            searched = searches.get(model_key(pipeline.model.package), {}) if name in measured_by_box else None
+            pipelines[name] = pipeline_figures(pipeline, self._meter, searched)
+            readers[name] = shared_source_of(pipeline)
         publisher = self.publisher.stats()
         mqtt = asdict(publisher) | {"spool_depth": publisher.spool_messages}
         mqtt["dropped"] = publisher.dropped_full + publisher.dropped_age
@@ -369,26 +336,7 @@ class Daemon:
     def _publish_stats(self) -> None:
         report = self.report()
         self.publisher.publish(self.topics.stats, json.dumps(report).encode(), qos=0)
-        for source_name, source_outage in self.shared_sources.outages().items():
-            log.info("stats source %s: %s", source_name, source_outage)
-        for name, figures in report["pipelines"].items():
-            pipeline = self.pipelines.get(name)
-            outage = pipeline.source.outage() if pipeline is not None else None
-            if outage is not None:
-                log.info("stats %s: source %s; %d results so far", name, outage, figures["results"])
-                continue
-            progress = pipeline.source.progress() if pipeline is not None else None
-            infer = figures["latency_ms"].get("infer", {})
-            log.info(
-                "stats %s: %.1f fps in, %.1f out, %d dropped, infer p50 %s ms, spool %d%s",
-                name,
-                figures["fps_in"],
-                figures["fps_out"],
-                figures["dropped"],
-                infer.get("p50", "-"),
-                report["mqtt"]["spool_depth"],
-                "" if progress is None else f"; {progress}",
-            )
+        log_stats(report, self.pipelines, self.shared_sources.outages())
 
     def _deliver_before_exit(self, timeout: float) -> int:
         """The sources have ended: finish the pipelines, then wait for the spool and the latest retained states
