@@ -35,9 +35,10 @@ def onnx_module(path: Path) -> Any:
     model = onnx.load(str(path))
     node = _first_unsupported(model)
     if node is not None:
+        opset = next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), "?")
         raise ConversionError(
-            f"{path}: onnx2torch cannot rebuild node {node.name or '(unnamed)'} ({node.op_type}) as a PyTorch "
-            f"module, so its channels cannot be pruned; {ASK_FOR_FACTORY}"
+            f"{path}: onnx2torch cannot rebuild node {node.name or '(unnamed)'} ({node.op_type} at opset {opset}) as "
+            f"a PyTorch module, so its channels cannot be pruned; {ASK_FOR_FACTORY} (or export at opset 17)"
         )
     convert = _onnx2torch_convert()
     try:

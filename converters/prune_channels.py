@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -238,7 +239,8 @@ def prune_module(module: Any, example: Any, options: ChannelPruneOptions) -> dic
         f"removing {options.share:.0%} of the channels of {groups} groups ({options.scope}, multiples of "
         f"{options.round_to}, at most {options.max_layer_share:.0%} of a layer)"
     )
-    pruner.step()
+    for group in pruner.step(interactive=True):
+        _prune_capped(pruner.DG, group, options)
     with torch.no_grad():
         shapes_after = _output_shapes(module(example))
     if shapes_after != shapes_before:
@@ -265,6 +267,26 @@ def prune_module(module: Any, example: Any, options: ChannelPruneOptions) -> dic
         "params_after": int(params_after),
         "layers": layers,
     }
+
+
+def _prune_capped(graph: Any, group: Any, options: ChannelPruneOptions) -> None:
+    """Prune one group, never more than `max_layer_share` of its channels (Torch-Pruning's global ranking checks its
+    cap only before a step, so one step can take a group past it); what remains stays a multiple of `round_to`."""
+    dependency, idxs = group[0]
+    layer = dependency.target.module
+    out = graph.is_out_channel_pruning_fn(dependency.handler)
+    channels = int(graph.get_out_channels(layer) if out else graph.get_in_channels(layer))
+    keep_at_least = math.ceil((1 - options.max_layer_share) * channels / options.round_to) * options.round_to
+    allowed = max(0, channels - min(channels, keep_at_least))
+    if len(idxs) <= allowed:
+        group.prune()
+        return
+    if allowed > 0:
+        weight = layer.weight.detach().cpu().numpy()
+        rows = weight if out else np.swapaxes(weight, 0, 1)
+        scores = [float(np.linalg.norm(rows[int(index)])) for index in idxs]  # the smallest go first
+        chosen = [int(idxs[position]) for position in np.argsort(scores, kind="stable")[:allowed]]
+        group.prune(idxs=sorted(chosen))
 
 
 def _prunable_layers(module: Any) -> list[Any]:
