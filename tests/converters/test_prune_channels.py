@@ -140,8 +140,8 @@ def test_named_layers_are_kept_whole(tiny_cnn_factory: str) -> None:
 @pytest.mark.parametrize(
     ("suffix", "kind", "message"),
     [
-        (".tflite", SourceKind.TFLITE, "cannot be fine-tuned afterwards.*prune the training model"),
-        (".xml", SourceKind.OPENVINO, "cannot be fine-tuned afterwards.*prune the training model"),
+        (".tflite", SourceKind.TFLITE, r"cannot be fine-tuned afterwards.*prune the training model"),
+        (".xml", SourceKind.OPENVINO, r"cannot be fine-tuned afterwards.*prune the training model"),
         (".keras", SourceKind.KERAS, "is a Keras model, whose weights --prune zeroes"),
     ],
 )
@@ -149,3 +149,49 @@ def test_compiled_and_keras_models_are_refused(suffix: str, kind: SourceKind, me
     path = Path(f"model{suffix}")
     with pytest.raises(ConversionError, match=message):
         check_channel_prunable(path, SourceModel(path, kind))
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_compiled_tflite_is_refused_before_anything_is_built(tmp_path: Path, digits_files: tuple[Path, Path]) -> None:
+    model = REPO / "samples/models/face_detection_short_range/tflite/fp32/model.tflite"
+    args = [str(model), "-o", str(tmp_path / "out"), "--prune-channels", "0.3", "-q"]
+    with pytest.raises(ConversionError, match=r"cannot be fine-tuned afterwards.*prune the training model"):
+        convert(options_from(build_parser().parse_args(args)))
+    assert not (tmp_path / "out").exists()
+
+
+def test_zeroing_an_onnx_model_points_to_channel_pruning(tiny_onnx: Path, tmp_path: Path) -> None:
+    args = [str(tiny_onnx), "-o", str(tmp_path / "out"), "--prune", "0.5", "-q"]
+    with pytest.raises(ConversionError, match=r"measured 1\.0x on CPUs.*use --prune-channels SHARE"):
+        convert(options_from(build_parser().parse_args(args)))
+
+
+def test_pruning_without_data_is_refused(tiny_cnn_factory: str, tmp_path: Path) -> None:
+    args = [tiny_cnn_factory, "--input-shape", "1,1,16,16", "-o", str(tmp_path / "out"), "--prune-channels", "0.3"]
+    with pytest.raises(ConversionError, match="needs data to recover and to measure what pruning cost"):
+        convert(options_from(build_parser().parse_args([*args, "-q"])))
+
+
+@pytest.mark.parametrize("flag", ["--prune-channels", "--prune"])
+def test_two_four_sparsity_is_refused(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args(["model.onnx", "-o", "out", flag, "2:4"])
+    assert stopped.value.code == 2
+    assert "2:4 (N:M) sparsity is faster only on NVIDIA Ampere or newer GPUs under TensorRT" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--prune", "0.5"], "give one"),
+        (["--prune-round-to", "0"], "--prune-round-to must be 1 or more"),
+        (["--prune-max-layer-share", "0.2"], "--prune-max-layer-share caps what one layer loses"),
+        (["--distill-epochs", "-1"], "--distill-epochs must be 0 or more"),
+    ],
+)
+def test_bad_channel_pruning_flags(extra: list[str], message: str, tiny_onnx: Path, tmp_path: Path) -> None:
+    args = [str(tiny_onnx), "-o", str(tmp_path / "out"), "--prune-channels", "0.3", *extra, "-q"]
+    with pytest.raises(ConversionError, match=message):
+        convert(options_from(build_parser().parse_args(args)))
