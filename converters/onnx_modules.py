@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import tempfile
 import types
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,8 @@ ASK_FOR_FACTORY = "give the PyTorch code that builds the model as package.module
 
 def onnx_module(path: Path) -> Any:
     """The ONNX model at `path` as an `nn.Module` that computes what ONNX Runtime computes."""
-    import onnx
 
-    model = onnx.load(str(path))
+    model = _folded(path)
     node = _first_unsupported(model)
     if node is not None:
         opset = next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), "?")
@@ -49,6 +49,25 @@ def onnx_module(path: Path) -> Any:
         ) from None
     _check_rebuilt(module, path)
     return module
+
+
+def _folded(path: Path) -> Any:
+    """The graph after ONNX Runtime's basic optimizations, which keep standard operators: constants folded into
+    initializers and batch normalization fused into the convolution before it, as onnx2torch needs to build
+    plain layers (a batch normalization whose statistics are computed nodes becomes a function no pruner sees)."""
+    import onnx
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="edge-convert-onnx2torch-") as scratch:
+        folded = Path(scratch) / "folded.onnx"
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(folded)
+        try:
+            ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as error:
+            raise ConversionError(f"ONNX Runtime cannot read {path}: {first_line(error)}") from None
+        return onnx.load(str(folded))
 
 
 def _first_unsupported(model: Any) -> Any:

@@ -36,7 +36,7 @@ from converters.distillation import DistillResult, distil, flat_outputs, read_la
 from converters.errors import ConversionError
 from converters.progress import step
 from converters.pytorch_source import _build, _export_difference, _export_module, is_factory_spec
-from converters.sources import SourceKind, SourceModel
+from converters.sources import SourceKind, SourceModel, first_line
 
 __all__ = [
     "ChannelPruneOptions",
@@ -171,7 +171,15 @@ def prune_channels_source(
     torch.manual_seed(options.seed)
     teacher = copy.deepcopy(module).eval()
     example = torch.from_numpy(_first_input(train, input_shape))
-    pruned = prune_module(module, example, options)
+    try:
+        pruned = prune_module(module, example, options)
+    except ConversionError:
+        raise
+    except Exception as error:  # the module does something DepGraph does not trace or prune consistently
+        raise ConversionError(
+            f"Torch-Pruning cannot remove channels from {label}: {type(error).__name__}: {first_line(error)}; "
+            "name the layers involved with --prune-keep, or give the factory that builds the model"
+        ) from None
     evaluation_inputs = _stacked(evaluation)
     reference = _run(teacher, evaluation_inputs)
     labels = evaluation.labels

@@ -195,3 +195,20 @@ def test_bad_channel_pruning_flags(extra: list[str], message: str, tiny_onnx: Pa
     args = [str(tiny_onnx), "-o", str(tmp_path / "out"), "--prune-channels", "0.3", *extra, "-q"]
     with pytest.raises(ConversionError, match=message):
         convert(options_from(build_parser().parse_args(args)))
+
+
+def test_exported_program_is_pruned_through_its_onnx_export(
+    tiny_cnn_factory: str, digits_files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A .pt2 keeps its batch normalizations as graph nodes in the ONNX export; they are folded before rebuilding."""
+    import torch
+
+    program = tmp_path / "tiny_cnn.pt2"
+    torch.export.save(torch.export.export(make_tiny_cnn().eval(), (torch.zeros(INPUT_SHAPE),)), str(program))
+    args = [str(program), "-o", str(tmp_path / "out"), "--calibration", str(digits_files[0]), "-q"]
+    args += ["--prune-channels", "0.5", "--distill-epochs", "0", "--bench-seconds", "0", "--variants", "onnx/fp32"]
+    report = convert(options_from(build_parser().parse_args(args)))
+    summary = report.channel_pruning
+    assert summary is not None and summary.macs_after < 0.6 * summary.macs_before
+    assert summary.metric == "cosine" and summary.distillation is None  # no labels: not known as a classifier
+    assert report.variants[0].status == "ok"
