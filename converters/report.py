@@ -333,6 +333,10 @@ def pruning_section(pruning: PruningSummary) -> list[str]:
         )
     else:
         lines.append("- Not fine-tuned (give --train-data and --epochs to recover accuracy)")
+    lines.append(
+        "- Zeros make only `tflite/sparse_fp32` faster, on XNNPACK and for MobileNet-shaped graphs (--prune-scope "
+        "xnnpack checks the graph qualifies); every other variant runs at the unpruned model's speed"
+    )
     lines += ["", "| Layer kernel | Weights | Zeros | Sparsity % |", "|---|---|---|---|"]
     lines += [f"| `{x.name}` | {x.weights} | {x.zeros} | {100 * x.sparsity:.1f} |" for x in pruning.layers]
     return [*lines, ""]
