@@ -17,7 +17,7 @@ from converters.context import QuantizationSettings
 from converters.describe import InputFlags
 from converters.errors import ConversionError
 from converters.pipeline import ConvertOptions, convert
-from converters.prune_channels import ChannelPruneOptions
+from converters.prune_arguments import channel_prune_options, channel_pruning_arguments, share
 from converters.pruning import SCOPES, PruneOptions
 from converters.report import ConversionReport, verdict
 from converters.variants import BUILDERS, DEFAULT_VARIANTS, TENSORFLOW_VARIANTS
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     _input_arguments(parser.add_argument_group("input spec (how raw data becomes the input tensor)"))
     _data_arguments(parser.add_argument_group("calibration and quantization"))
     _pruning_arguments(parser.add_argument_group("pruning (Keras models, before conversion)"))
-    _channel_pruning_arguments(
+    channel_pruning_arguments(
         parser.add_argument_group("channel pruning (PyTorch and ONNX models, before conversion; see --prune-scope)")
     )
     parser.add_argument(
@@ -212,7 +212,7 @@ def _data_arguments(group: argparse._ArgumentGroup) -> None:
 
 
 def _pruning_arguments(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--prune", type=_share, metavar="SHARE", help="zero this share of kernel weights, e.g. 0.5")
+    group.add_argument("--prune", type=share, metavar="SHARE", help="zero this share of kernel weights, e.g. 0.5")
     group.add_argument(
         "--prune-scope",
         choices=SCOPES,
@@ -227,55 +227,6 @@ def _pruning_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--learning-rate", type=float, default=1e-4, metavar="RATE", help="fine-tuning learning rate (Adam)"
     )
-
-
-def _channel_pruning_arguments(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--prune-channels",
-        type=_share,
-        metavar="SHARE",
-        help="remove this share of the channels, e.g. 0.3: smaller dense layers, faster on every backend",
-    )
-    group.add_argument(
-        "--prune-round-to", type=int, default=8, metavar="N", help="keep channel counts multiples of N (1: any)"
-    )
-    group.add_argument(
-        "--prune-max-layer-share",
-        type=float,
-        default=0.8,
-        metavar="SHARE",
-        help="the most of one layer's channels that may go, so global ranking hollows out no layer",
-    )
-    group.add_argument(
-        "--prune-keep",
-        nargs="+",
-        default=[],
-        metavar="NAME",
-        help="module names (shell patterns) kept whole, beside the first layer and the heads, which always are",
-    )
-    group.add_argument(
-        "--distill-epochs",
-        type=int,
-        default=10,
-        metavar="N",
-        help="epochs fine-tuning the pruned model to match the unpruned one on the calibration data (no labels "
-        "needed; --train-data adds labels); 0 skips",
-    )
-    group.add_argument(
-        "--distill-learning-rate", type=float, default=1e-3, metavar="RATE", help="distillation learning rate (Adam)"
-    )
-
-
-def _share(value: str) -> float:
-    """A share between 0 and 1; an N:M pattern (2:4) is refused here, with why."""
-    from converters.prune_channels import N_M_REFUSAL
-
-    if ":" in value:
-        raise argparse.ArgumentTypeError(N_M_REFUSAL)
-    try:
-        return float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, e.g. 0.3, got {value!r}") from None
 
 
 def _comma_list(value: str) -> tuple[str, ...]:
@@ -343,22 +294,6 @@ def options_from(args: argparse.Namespace) -> ConvertOptions:
         prune_channels=channel_prune_options(args),
         input_shape=args.input_shape,
         recover=args.recover,
-    )
-
-
-def channel_prune_options(args: argparse.Namespace) -> ChannelPruneOptions | None:
-    if args.prune_channels is None:
-        return None
-    return ChannelPruneOptions(
-        share=args.prune_channels,
-        round_to=args.prune_round_to,
-        scope=args.prune_scope or "per-layer",
-        max_layer_share=args.prune_max_layer_share,
-        keep=tuple(args.prune_keep),
-        epochs=args.distill_epochs,
-        learning_rate=args.distill_learning_rate,
-        train_data=args.train_data,
-        seed=args.seed,
     )
 
 
