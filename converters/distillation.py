@@ -57,6 +57,13 @@ def distil(
     labels = None if y is None else torch.from_numpy(np.asarray(y, np.int64))
     with torch.no_grad():
         targets = [t.detach() for t in flat_outputs(_batched(teacher, inputs, device))]
+    for position, target in enumerate(targets):
+        if not target.is_floating_point():
+            raise ConversionError(
+                f"distillation needs outputs that carry a gradient, and output {position} is {target.dtype} (decoded "
+                "inside the graph, by ArgMax, TopK or NonMaxSuppression for instance); export the model without its "
+                "decoding, ending at the raw head outputs, or give --distill-epochs 0"
+            )
     scales = [t.var().clamp_min(1e-12) for t in targets]
     optimizer = torch.optim.Adam(student.parameters(), lr=options.learning_rate)
     generator = torch.Generator().manual_seed(options.seed)

@@ -188,7 +188,7 @@ def prune_channels_source(
     _, pruned_q = _quality(reference, _run(module, evaluation_inputs), labels, classification)
     distilled_q, result = None, None
     if options.epochs > 0:
-        x, y = _stacked(train), train.labels
+        x, y = _stacked(train), None  # labels only from --train-data: the evaluation set's are for measuring
         if options.train_data is not None:
             x, y = read_labelled_data(options.train_data, input_shape)
         result = distil(module, teacher, x, y, options)
@@ -197,8 +197,15 @@ def prune_channels_source(
     pruned_source, origin = _export_module(module.eval(), f"{label} with channels removed", input_shape, dest)
     difference = _export_difference(module, example, dest)
     step(f"pruned model: {origin}")
+    notes: tuple[str, ...] = ()
+    if train is evaluation and options.epochs > 0 and options.train_data is None:
+        notes = (
+            "distilled on the evaluation images themselves (no --calibration given): the distilled accuracy is "
+            "measured on images it was fitted to, so it is optimistic",
+        )
     summary = ChannelPruningSummary(
         **pruned,
+        notes=notes,
         export_difference=difference,
         metric=metric,
         unpruned_quality=unpruned_q,

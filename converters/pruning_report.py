@@ -52,6 +52,7 @@ def channel_pruning_section(report: ConversionReport) -> list[str]:
         f"{summary.export_difference:.2g}. Every variant in the Variants table is built from that ONNX file.",
     ]
     lines += _quality_lines(summary)
+    lines += [f"- {note}" for note in summary.notes]
     lines += _speedup_lines(report.speedups, report.unpruned)
     lines += ["", "| Layer | Channels before | Channels after |", "|---|---|---|"]
     lines += [f"| `{x.name}` | {x.before} | {x.after} |" for x in summary.layers]

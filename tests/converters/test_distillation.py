@@ -54,3 +54,19 @@ def test_labelled_data_is_checked(tmp_path: Path) -> None:
     np.savez(tmp_path / "fractional.npz", x=np.zeros((2, 1, 16, 16), np.float32), y=np.array([0.5, 1.0]))
     with pytest.raises(ConversionError, match="one integer class index per sample"):
         read_labelled_data(tmp_path / "fractional.npz", INPUT_SHAPE)
+
+
+def test_decoded_outputs_are_refused_with_why() -> None:
+    import torch
+
+    class Decoded(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x).argmax(dim=1)
+
+    x = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+    with pytest.raises(ConversionError, match=r"output 0 is torch.int64 \(decoded inside the graph"):
+        distil(Decoded(), Decoded(), x, None, ChannelPruneOptions(share=0.3, epochs=1))

@@ -11,7 +11,7 @@ from converters.errors import ConversionError
 from converters.onnx_modules import onnx_module
 
 
-def _graph(path: Path, op_type: str, inputs: list[str], opset: int = 17) -> Path:
+def _graph(path: Path, op_type: str, inputs: list[str], output_type: str = "FLOAT") -> Path:
     import onnx
     from onnx import TensorProto, helper
 
@@ -21,10 +21,10 @@ def _graph(path: Path, op_type: str, inputs: list[str], opset: int = 17) -> Path
         nodes,
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", getattr(TensorProto, output_type), None)],
         initializer=initializers,
     )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 
 
@@ -52,6 +52,6 @@ def test_suppression_needs_torchvision_and_is_named(tmp_path: Path) -> None:
 
     if importlib.util.find_spec("torchvision") is not None:
         pytest.skip("torchvision is installed here, so onnx2torch rebuilds NonMaxSuppression")
-    path = _graph(tmp_path / "nms.onnx", "NonMaxSuppression", ["r", "r", "limit"])
+    path = _graph(tmp_path / "nms.onnx", "NonMaxSuppression", ["r", "r", "limit"], output_type="INT64")
     with pytest.raises(ConversionError, match=r"node odd \(NonMaxSuppression at opset 17\)"):
         onnx_module(path)

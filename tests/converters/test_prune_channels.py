@@ -212,3 +212,21 @@ def test_exported_program_is_pruned_through_its_onnx_export(
     assert summary is not None and summary.macs_after < 0.6 * summary.macs_before
     assert summary.metric == "cosine" and summary.distillation is None  # no labels: not known as a classifier
     assert report.variants[0].status == "ok"
+
+
+def test_distilling_on_the_evaluation_images_says_the_accuracy_is_optimistic(
+    tiny_cnn_factory: str, tmp_path: Path
+) -> None:
+    from converters.calibration import SampleSet
+    from converters.prune_channels import prune_channels_source
+
+    images, labels = digits_16()
+    evaluation = SampleSet([[images[i : i + 1]] for i in range(32)], "digits", labels=labels[:32])
+    options = ChannelPruneOptions(share=0.5, epochs=1)
+    source = SourceModel(tmp_path / "unused.onnx", SourceKind.ONNX)
+    _, summary = prune_channels_source(
+        Path(tiny_cnn_factory), source, options, INPUT_SHAPE, evaluation, evaluation, True, tmp_path
+    )
+    assert summary.metric == "top-1" and summary.distillation is not None
+    assert summary.distillation.samples == 32 and not summary.distillation.labelled
+    assert any("optimistic" in note for note in summary.notes)
