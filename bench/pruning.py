@@ -8,7 +8,8 @@ The converter builds the unpruned OpenVINO fp32 and int8 variants in the same ru
 variant against them in alternating rounds (median of the per-round ratios), so load from other work on
 the machine lands on both sides alike.
 
-    python bench/pruning.py [--share 0.3] [--epochs 8] [--distill-epochs 10] [--bench-seconds 4] [--json out.json]
+    python bench/pruning.py [--share 0.3] [--epochs 8] [--distill-epochs 10] [--bench-seconds 4] [--widths 16,32,64,128]
+        [--paths factory,onnx] [--json out.json]
 
 Goals: pruned fp32 at least 1.5x the unpruned fp32 with at most 1 point of top-1 lost; pruned int8 at
 least 3x the unpruned fp32; the ONNX path within 0.5 points of the factory path.
@@ -31,7 +32,12 @@ REPO = Path(__file__).resolve().parents[1]
 WEIGHTS_VARIABLE = "EDGE_BENCH_DIGITS_RESNET"  # where make_digits_resnet reads its weights (.npz, no pickle)
 INPUT_SHAPE = (1, 1, 16, 16)
 TRAIN_SAMPLES = 1200
+WIDTHS_VARIABLE = "EDGE_BENCH_DIGITS_WIDTHS"  # the stage widths make_digits_resnet builds, e.g. 16,32,64,128
 WIDTHS = (16, 32, 64, 128)
+
+
+def widths() -> tuple[int, ...]:
+    return tuple(int(w) for w in os.environ.get(WIDTHS_VARIABLE, ",".join(map(str, WIDTHS))).split(","))
 
 
 def digits_16() -> tuple[np.ndarray, np.ndarray]:
@@ -77,7 +83,7 @@ def build_resnet() -> Any:
                 layers += [BasicBlock(inputs, width, stride), BasicBlock(width, width, 1)]
                 inputs = width
             self.stages = nn.Sequential(*layers)
-            self.head = nn.Linear(WIDTHS[-1], 10)
+            self.head = nn.Linear(widths()[-1], 10)
 
         def forward(self, x: Any) -> Any:
             return self.head(self.stages(self.stem(x)).mean(dim=(2, 3)))
@@ -158,10 +164,13 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=8, help="training epochs of the unpruned model")
     parser.add_argument("--distill-epochs", type=int, default=10)
     parser.add_argument("--bench-seconds", type=float, default=4.0)
+    parser.add_argument("--widths", default=",".join(map(str, WIDTHS)), help="stage widths, e.g. 32,64,128,256")
+    parser.add_argument("--paths", default="factory,onnx", help="which conversions to run: factory, onnx or both")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     import torch
 
+    os.environ[WIDTHS_VARIABLE] = args.widths
     images, labels = digits_16()
     rng = np.random.default_rng(0)
     order = rng.permutation(len(images))
@@ -180,12 +189,13 @@ def main() -> None:
         )
         sys.path.insert(0, str(Path(__file__).parent))
         shape = ",".join(map(str, INPUT_SHAPE))
-        results = {
-            "share": args.share,
-            "torch_threads": torch.get_num_threads(),
-            "factory": convert_pruned("pruning:make_digits_resnet", folder / "factory", args, ["--input-shape", shape]),
-            "onnx": convert_pruned(str(onnx_file), folder / "onnx", args, []),
-        }
+        paths = args.paths.split(",")
+        results: dict[str, Any] = {"share": args.share, "widths": args.widths, "threads": torch.get_num_threads()}
+        if "factory" in paths:
+            factory = "pruning:make_digits_resnet"
+            results["factory"] = convert_pruned(factory, folder / "factory", args, ["--input-shape", shape])
+        if "onnx" in paths:
+            results["onnx"] = convert_pruned(str(onnx_file), folder / "onnx", args, [])
     text = json.dumps(results, indent=2)
     print(text)
     if args.json is not None:
