@@ -75,10 +75,10 @@ def build_resnet() -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.stem = nn.Sequential(
-                nn.Conv2d(1, WIDTHS[0], 3, 1, 1, bias=False), nn.BatchNorm2d(WIDTHS[0]), nn.ReLU()
+                nn.Conv2d(1, widths()[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths()[0]), nn.ReLU()
             )
-            layers, inputs = [], WIDTHS[0]
-            for index, width in enumerate(WIDTHS):
+            layers, inputs = [], widths()[0]
+            for index, width in enumerate(widths()):
                 stride = 1 if index == 0 else 2
                 layers += [BasicBlock(inputs, width, stride), BasicBlock(width, width, 1)]
                 inputs = width
