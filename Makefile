@@ -39,8 +39,10 @@ $(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[openvino]'
 	@touch $@
 
+# onnx2torch (channel pruning of ONNX files) without its declared torchvision, which would replace the pinned torch.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps 'onnx2torch==1.5.15'
 	@touch $@
 
 demo: $(RUNTIME_STAMP)

@@ -17,6 +17,7 @@ from converters.context import QuantizationSettings
 from converters.describe import InputFlags
 from converters.errors import ConversionError
 from converters.pipeline import ConvertOptions, convert
+from converters.prune_arguments import channel_prune_options, channel_pruning_arguments, share
 from converters.pruning import SCOPES, PruneOptions
 from converters.report import ConversionReport, verdict
 from converters.variants import BUILDERS, DEFAULT_VARIANTS, TENSORFLOW_VARIANTS
@@ -69,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     _input_arguments(parser.add_argument_group("input spec (how raw data becomes the input tensor)"))
     _data_arguments(parser.add_argument_group("calibration and quantization"))
     _pruning_arguments(parser.add_argument_group("pruning (Keras models, before conversion)"))
+    channel_pruning_arguments(
+        parser.add_argument_group("channel pruning (PyTorch and ONNX models, before conversion; see --prune-scope)")
+    )
     parser.add_argument(
         "--variants",
         type=_comma_list,
@@ -208,8 +212,14 @@ def _data_arguments(group: argparse._ArgumentGroup) -> None:
 
 
 def _pruning_arguments(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--prune", type=float, metavar="SHARE", help="zero this share of kernel weights, e.g. 0.5")
-    group.add_argument("--prune-scope", choices=SCOPES, default="global", help="smallest weights overall or per layer")
+    group.add_argument("--prune", type=share, metavar="SHARE", help="zero this share of kernel weights, e.g. 0.5")
+    group.add_argument(
+        "--prune-scope",
+        choices=SCOPES,
+        help="smallest weights or channels ranked over all layers (global) or per layer (default: global for "
+        "--prune, per-layer for --prune-channels); xnnpack (--prune only) zeroes just the 1x1 convolutions, at least "
+        "70%%, of graphs XNNPACK's sparse kernels run",
+    )
     group.add_argument(
         "--train-data", type=Path, metavar="FILE", help=".npz with x and y (class indices) to fine-tune after pruning"
     )
@@ -254,11 +264,13 @@ def options_from(args: argparse.Namespace) -> ConvertOptions:
         seed=args.seed,
     )
     prune = None
+    if args.prune is not None and args.prune_channels is not None:
+        raise ConversionError("--prune zeroes weights of Keras models, --prune-channels removes channels; give one")
     if args.prune is not None:
         prune = PruneOptions(
-            args.prune, args.prune_scope, args.train_data, args.epochs, learning_rate=args.learning_rate
+            args.prune, args.prune_scope or "global", args.train_data, args.epochs, learning_rate=args.learning_rate
         )
-    elif args.train_data is not None or args.epochs:
+    elif args.epochs or (args.train_data is not None and args.prune_channels is None):
         raise ConversionError("--train-data and --epochs fine-tune a pruned model; give --prune as well")
     return ConvertOptions(
         model=args.model,
@@ -279,6 +291,7 @@ def options_from(args: argparse.Namespace) -> ConvertOptions:
         decoder_params=args.decoder_params,
         overwrite=args.overwrite,
         prune=prune,
+        prune_channels=channel_prune_options(args),
         input_shape=args.input_shape,
         recover=args.recover,
     )

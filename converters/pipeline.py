@@ -36,6 +36,14 @@ from converters.evaluate import (
 )
 from converters.metrics import Accuracy, RunOutputs, accuracy, agreement, drop_of
 from converters.progress import Warnings, log, step
+from converters.prune_channels import (
+    ChannelPruneOptions,
+    check_channel_prunable,
+    check_channel_prune_options,
+    check_has_data,
+    prune_channels_source,
+)
+from converters.pruned_baselines import compare_unpruned
 from converters.pruning import PruneOptions, check_prunable, check_prune_options, prune_source
 from converters.pytorch_source import open_model
 from converters.recovery import needs_recovery, recover_int8
@@ -60,6 +68,7 @@ from edge_runtime.package.manifest import (
     Variant,
 )
 from edge_runtime.package.writer import describe_variant, write_package
+from edge_runtime.placement.model import LoadedModel
 
 SYNTHETIC_SAMPLES = 16
 
@@ -84,6 +93,7 @@ class ConvertOptions:
     decoder_params: str | None = None
     overwrite: bool = False
     prune: PruneOptions | None = None
+    prune_channels: ChannelPruneOptions | None = None  # structured pruning of PyTorch and ONNX sources
     input_shape: tuple[int, ...] | None = None  # for PyTorch `module:factory` sources
     recover: bool = True  # quantize a flagged openvino/int8 again in better ways (converters.recovery)
 
@@ -125,10 +135,15 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
         check_variant_ids(options.variants)
     if options.prune is not None:
         check_prune_options(options.prune)
+    if options.prune_channels is not None:
+        check_channel_prune_options(options.prune_channels)
     check_requirements(needed(options.model, options.variants))
     inputs = read_inputs(options, warnings, scratch)
     if options.prune is not None:
         check_prunable(inputs.source)
+    if options.prune_channels is not None:
+        check_channel_prunable(options.model, inputs.source)
+        check_has_data(inputs.calibration, inputs.validation, options.prune_channels)
     variant_ids = check_variant_ids(options.variants or default_variants(inputs.source.kind))
     prepare_out_dir(options.out_dir, options.overwrite, inputs.source.path)
     eval_set = evaluation_set(inputs, warnings)
@@ -140,9 +155,20 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
         accuracy(reference_outputs, labels) if labels is not None else None,
         score_boxes(reference_outputs, eval_set, inputs.manifest_fields["decoder"], inputs.manifest_fields["labels"]),
     )
-    built_from, pruning = inputs.source, None
+    built_from, pruning, channel_pruning = inputs.source, None, None
     if options.prune is not None:
         built_from, pruning = prune_source(inputs.source, options.prune, scratch)
+    if options.prune_channels is not None:
+        built_from, channel_pruning = prune_channels_source(
+            options.model,
+            inputs.source,
+            options.prune_channels,
+            inputs.specs[0].shape,
+            inputs.calibration or eval_set,
+            eval_set,
+            inputs.task is Task.CLASSIFICATION,
+            scratch,
+        )
     ctx = BuildContext(
         built_from, options.out_dir, inputs.calibration, inputs.validation, inputs.task, options.settings
     )
@@ -162,6 +188,7 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
         warnings=warnings.items,
         variants=results,
         pruning=pruning,
+        channel_pruning=channel_pruning,
     )
     package = _package_in_memory(options.out_dir, results, inputs.manifest_fields)
     for result in results:
@@ -177,6 +204,12 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
                 except Exception as error:  # the variant stays as it was, flagged; the report says why
                     log.debug("recovering %s failed", result.variant_id, exc_info=True)
                     warnings.add(f"{result.variant_id}: recovery stopped: {type(error).__name__}: {first_line(error)}")
+    if channel_pruning is not None:
+        attempt = partial(
+            try_variant, fields=inputs.manifest_fields, reference=reference, eval_set=eval_set, options=options
+        )
+        load = partial(_load_built, fields=inputs.manifest_fields)
+        compare_unpruned(ctx, inputs.source, report, attempt, load, scratch / "unpruned", options.settings.seed)
     report.package_written = _write_manifest(options.out_dir, results, inputs.manifest_fields, report)
     write_report(report, options.out_dir)
     return report
@@ -344,6 +377,14 @@ def _package_in_memory(out_dir: Path, results: list[VariantResult], fields: dict
         return None
     manifest = Manifest(schema_version=SCHEMA_VERSION, variants=variants, **fields)
     return ModelPackage(root=out_dir, manifest=manifest)
+
+
+def _load_built(out_dir: Path, result: VariantResult, fields: dict[str, Any]) -> LoadedModel:
+    """A built variant of the folder `out_dir` loaded through the runtime, as `evaluate_variant` loads it."""
+    package = _package_in_memory(out_dir, [result], fields)
+    if package is None:
+        raise ConversionError(f"{result.variant_id} was not built")
+    return load_variant(package, result.variant_id)
 
 
 def evaluate_variant(

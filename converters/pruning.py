@@ -19,7 +19,7 @@ from converters.errors import ConversionError
 from converters.progress import step
 from converters.sources import SourceKind, SourceModel
 
-SCOPES = ("global", "per-layer")
+SCOPES = ("global", "per-layer", "xnnpack")  # xnnpack: only 1x1 convolutions (converters.xnnpack_sparse)
 PRUNABLE_LAYERS = frozenset(
     {
         "Dense",
@@ -87,6 +87,11 @@ def check_prune_options(options: PruneOptions) -> None:
 
 
 def check_prunable(source: SourceModel) -> None:
+    if source.kind is SourceKind.ONNX:
+        raise ConversionError(
+            f"--prune on {source.label}: zeroing weights leaves every kernel as large, measured 1.0x on CPUs "
+            "(OpenVINO, ONNX Runtime); use --prune-channels SHARE, which removes channels and is faster"
+        )
     if source.kind is not SourceKind.KERAS:
         raise ConversionError(
             f"--prune needs a Keras .keras model, whose layers can be pruned and trained; {source.label} is not one"
@@ -101,10 +106,16 @@ def prune_source(source: SourceModel, options: PruneOptions, scratch: Path) -> t
     check_prunable(source)
     model = load_keras(source.path)
     kernels = prunable_kernels(model)
+    if options.scope == "xnnpack":
+        from converters.xnnpack_sparse import check_xnnpack_graph, pointwise_kernels
+
+        check_xnnpack_graph(model, options.target)
+        kernels = pointwise_kernels(model)
     if not kernels:
         raise ConversionError(f"{source.path} has no Dense or convolution kernels to prune")
     step(f"pruning {options.target:.0%} of {sum(int(np.prod(v.shape)) for _, v in kernels)} weights ({options.scope})")
-    masks = magnitude_masks([np.asarray(v.numpy()) for _, v in kernels], options.target, options.scope)
+    scope = "per-layer" if options.scope == "xnnpack" else options.scope
+    masks = magnitude_masks([np.asarray(v.numpy()) for _, v in kernels], options.target, scope)
     apply_masks(kernels, masks)
     summary = PruningSummary(options.target, options.scope, measure(kernels))
     if options.train_data is not None and options.epochs > 0:
@@ -117,7 +128,7 @@ def prune_source(source: SourceModel, options: PruneOptions, scratch: Path) -> t
 def prunable_kernels(model: Any) -> list[tuple[str, Any]]:
     """(layer name, kernel variable) of every Dense and convolution layer, nested models included."""
     found = []
-    for layer in _leaf_layers(model):
+    for layer in leaf_layers(model):
         if type(layer).__name__ not in PRUNABLE_LAYERS:
             continue
         for variable in layer.trainable_weights:
@@ -126,10 +137,10 @@ def prunable_kernels(model: Any) -> list[tuple[str, Any]]:
     return found
 
 
-def _leaf_layers(model: Any) -> list[Any]:
+def leaf_layers(model: Any) -> list[Any]:
     leaves = []
     for layer in getattr(model, "layers", []):
-        leaves += _leaf_layers(layer) if getattr(layer, "layers", None) else [layer]
+        leaves += leaf_layers(layer) if getattr(layer, "layers", None) else [layer]
     return leaves
 
 

@@ -10,13 +10,18 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from converters.context import BuiltVariant, QuantizationSettings
 from converters.detection_metrics import DetectionAccuracy
 from converters.evaluate import Speed
 from converters.metrics import Accuracy, Agreement, Drop
 from converters.pruning import PruningSummary
+from converters.pruning_report import channel_pruning_dict, channel_pruning_section, plot_unpruned
+
+if TYPE_CHECKING:
+    from converters.prune_channels import ChannelPruningSummary
+    from converters.pruned_baselines import Speedup
 from edge_runtime.package.manifest import MeasuredOn
 
 REPORT_FILES = ("report.md", "report.json", "report.png")
@@ -94,9 +99,16 @@ class ConversionReport:
     variants: list[VariantResult] = field(default_factory=list)
     package_written: bool = False
     pruning: PruningSummary | None = None
+    channel_pruning: ChannelPruningSummary | None = None
+    unpruned: list[VariantResult] = field(default_factory=list)  # built beside pruned variants, not packaged
+    speedups: list[Speedup] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data.pop("unpruned")
+        data.pop("speedups")
+        if self.channel_pruning is not None:
+            data["channel_pruning"] = channel_pruning_dict(self)
         data["measured_on"] = self.measured_on.model_dump(mode="json")
         if self.pruning is not None:
             data["pruning"]["overall_sparsity"] = self.pruning.overall
@@ -209,6 +221,8 @@ def markdown(report: ConversionReport) -> str:
     lines += recovery_section(report)
     if report.pruning is not None:
         lines += pruning_section(report.pruning)
+    if report.channel_pruning is not None:
+        lines += channel_pruning_section(report)
     if report.warnings:
         lines += ["## Warnings", "", *(f"- {w}" for w in report.warnings), ""]
     if not report.package_written:
@@ -319,6 +333,10 @@ def pruning_section(pruning: PruningSummary) -> list[str]:
         )
     else:
         lines.append("- Not fine-tuned (give --train-data and --epochs to recover accuracy)")
+    lines.append(
+        "- Zeros make only `tflite/sparse_fp32` faster, on XNNPACK and for MobileNet-shaped graphs (--prune-scope "
+        "xnnpack checks the graph qualifies); every other variant runs at the unpruned model's speed"
+    )
     lines += ["", "| Layer kernel | Weights | Zeros | Sparsity % |", "|---|---|---|---|"]
     lines += [f"| `{x.name}` | {x.weights} | {x.zeros} | {100 * x.sparsity:.1f} |" for x in pruning.layers]
     return [*lines, ""]
@@ -343,6 +361,7 @@ def plot(report: ConversionReport, path: Path) -> None:
         color = "tab:red" if r.flagged else "tab:blue"
         axes.scatter(r.speed.latency.median_ms, quality, s=area, c=color, alpha=0.6, edgecolors="black")
         axes.annotate(r.variant_id, (r.speed.latency.median_ms, quality), textcoords="offset points", xytext=(6, 6))
+    plot_unpruned(axes, report, lambda r: _quality(r, boxes, labelled))
     axes.set_xlabel("median latency (ms, CPU)")
     axes.set_ylabel(
         "mAP@0.5 (%)" if boxes else "top-1 accuracy (%)" if labelled else "agreement with fp32 (100 - drop)"

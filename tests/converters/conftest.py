@@ -9,6 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from annotated_faces import AnnotatedImages, write_annotated_faces
+from tiny_cnn import write_factory
 
 from converters.pipeline import ConvertOptions, convert
 from converters.report import ConversionReport
@@ -40,3 +41,10 @@ def tiny_conversion(
 def annotated_faces(astronaut_bgr: np.ndarray, tmp_path_factory: pytest.TempPathFactory) -> AnnotatedImages:
     """Real photos with hand-drawn face boxes, and photos without faces, as a COCO-annotated folder."""
     return write_annotated_faces(astronaut_bgr, tmp_path_factory.mktemp("annotated_faces"))
+
+
+@pytest.fixture
+def tiny_cnn_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """`module:factory` of a tiny CNN with a residual block and a depthwise convolution (tests/converters/tiny_cnn)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return write_factory(tmp_path)
