@@ -29,6 +29,7 @@ from edge_runtime.control.handlers import ControlContext
 from edge_runtime.control.signed import NonceStore
 from edge_runtime.errors import ConfigError, EdgeRuntimeError
 from edge_runtime.mqtt.connection import MqttConnection
+from edge_runtime.mqtt.discovery_publisher import DiscoveryPublisher
 from edge_runtime.mqtt.publisher import Publisher
 from edge_runtime.mqtt.retained import RetainedStates
 from edge_runtime.mqtt.spool import Spool
@@ -90,6 +91,7 @@ class Daemon:
         self.connection.qos.wanted = any(p.publish.qos == 2 for p in config.enabled_pipelines)
         self.publisher = Publisher(self.connection, self.spool, config.mqtt.spool)
         self.states = RetainedStates(self.connection)
+        self.discovery = DiscoveryPublisher(self.connection, self.states, self.topics)
         trust = TrustPolicy.from_settings(config.trust, config.state_dir)
         self.model_pool = ModelPool(box, config.state_dir, config.cache_dir, trust)
         self.watchdog = ProgressWatchdog(self.notifier)
@@ -142,6 +144,7 @@ class Daemon:
                     self.topics,
                 )
                 self.serving.start()
+            self.discovery.apply(self.config)  # after the pipelines put their counts at zero
             connected = self.connection.wait_connected(CONNECT_WAIT_S)
             if connected:
                 self._check_broker_qos()
@@ -207,7 +210,8 @@ class Daemon:
             if self._reload.is_set():
                 self._reload.clear()
                 self._apply_reload()
-            if time.monotonic() >= next_stats:
+            if time.monotonic() >= next_stats or self.discovery.wants_stats.is_set():
+                self.discovery.wants_stats.clear()
                 self._publish_stats()
                 next_stats = time.monotonic() + self.config.stats.interval_s
             done = self.pipelines and all(p.finished.is_set() for p in self.pipelines.values())
@@ -278,6 +282,7 @@ class Daemon:
         diff = diff_pipelines(self.config, new)
         if diff.restart_all:
             log.warning("reload: device id, broker or directories changed; restart the service to apply them")
+        self.discovery.apply(new)  # before the pipelines restart: entities of what is gone leave first
         for section in ("serve", "trust", "control", "rollout"):
             if getattr(new, section) != getattr(self.config, section):
                 log.warning("reload: the %s section changed; restart the service to apply it", section)

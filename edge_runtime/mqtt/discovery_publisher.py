@@ -1,0 +1,94 @@
+"""When the box announces itself to Home Assistant, and how its entities go away.
+
+The discovery documents (`mqtt.discovery`) are retained states like the counts: put through
+`RetainedStates`, so they are published at once, again at every new session of the box (a reconnect),
+and deleted with an empty payload. Three more moments:
+
+- Home Assistant says `online` on its status topic after each of its connects (not retained; it is its
+  birth message, and a restarted Home Assistant, or one whose MQTT entry was reloaded, sends it). The
+  box then publishes every document and every latest state again: retained copies on the broker would
+  reach it too, but a broker that lost them (restarted without persistence) would leave Home Assistant
+  with nothing until the next change.
+- A reload: documents of pipelines gone are deleted (Home Assistant removes their devices and entities),
+  and the others replaced; a pipeline's document that no longer lists a zone's or a line's entities makes
+  Home Assistant remove those.
+- Turning discovery off in a reload deletes every document the box put.
+
+The box's stats carry the health figures some entities read; `wants_stats` tells the daemon to send them
+at once after a birth, so those entities have a value within a second rather than a stats interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from edge_runtime.mqtt.connection import MqttConnection
+from edge_runtime.mqtt.discovery import announcement
+from edge_runtime.mqtt.retained import RetainedStates
+from edge_runtime.mqtt.topics import Topics
+
+if TYPE_CHECKING:
+    from edge_runtime.config.schema import DaemonConfig
+
+__all__ = ["BIRTH_PAYLOAD", "DiscoveryPublisher"]
+
+log = logging.getLogger(__name__)
+
+BIRTH_PAYLOAD = b"online"  # Home Assistant's birth message; its will says "offline"
+
+
+class DiscoveryPublisher:
+    """The discovery documents of one box, kept in line with its config and re-sent when Home Assistant asks."""
+
+    def __init__(self, connection: MqttConnection, states: RetainedStates, topics: Topics) -> None:
+        self.connection = connection
+        self.states = states
+        self.topics = topics
+        self.births = 0  # Home Assistant's `online` messages taken
+        self.wants_stats = threading.Event()
+        self._documents: dict[str, bytes] = {}
+        self._birth_topic: str | None = None
+        self._lock = threading.Lock()
+
+    def apply(self, config: DaemonConfig) -> None:
+        """Announce what `config` runs: put new and changed documents, delete those of what is gone, and
+        follow Home Assistant's status topic as the settings name it (none when discovery is off)."""
+        settings = config.homeassistant
+        enabled = settings is not None and settings.enabled
+        payloads = announcement(settings, config, self.topics).payloads() if settings is not None and enabled else {}
+        with self._lock:
+            gone = [topic for topic in self._documents if topic not in payloads]
+            changed = {topic: payload for topic, payload in payloads.items() if self._documents.get(topic) != payload}
+            self._documents = payloads
+        for topic in gone:
+            self.states.put(topic, b"")
+        for topic, payload in changed.items():
+            self.states.put(topic, payload)
+        self._follow(settings.birth_topic if settings is not None and enabled else None)
+        if gone or changed:
+            log.info("Home Assistant discovery: %d devices announced, %d removed", len(payloads), len(gone))
+
+    @property
+    def documents(self) -> dict[str, bytes]:
+        with self._lock:
+            return dict(self._documents)
+
+    def _follow(self, birth_topic: str | None) -> None:
+        if birth_topic == self._birth_topic:
+            return
+        if self._birth_topic is not None:
+            self.connection.unsubscribe(self._birth_topic)
+        self._birth_topic = birth_topic
+        if birth_topic is not None:
+            self.connection.subscribe(birth_topic, 1, self._on_status)
+
+    def _on_status(self, _topic: str, payload: bytes) -> None:
+        """Home Assistant's status (paho's thread): on its birth, every document and state again."""
+        if payload.strip() != BIRTH_PAYLOAD:
+            return
+        self.births += 1
+        log.info("Home Assistant came online: announcing the box again")
+        self.states.resend()
+        self.wants_stats.set()
