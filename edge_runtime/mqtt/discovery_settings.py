@@ -59,6 +59,7 @@ class HomeAssistantSettings(StrictModel):
     pipelines: dict[str, PipelineEntities] = Field(
         default_factory=dict,
         description="per pipeline name, which entities it shows; a pipeline not named shows the defaults",
+        examples=[{"entrance": {"labels": ["person"], "snapshots": False}}],
     )
 
     @field_validator("discovery_prefix")

@@ -240,6 +240,28 @@ TOPICS = (
         'the answer as JSON; errors as `{"error": ..., "code": ...}`; a reply topic under `<prefix>/` is refused',
     ),
     TopicEntry(
+        "homeassistant.discovery_prefix",
+        "<discovery_prefix>/device/<id>/config",
+        "publishes",
+        "1",
+        "yes",
+        "the `homeassistant` section: at start, after every reconnect, when Home Assistant says `online`, and "
+        "on reload; emptied for a pipeline removed, and for all when discovery is turned off",
+        "Home Assistant's device discovery document: one for the box (`edge_runtime_<device_id>`) and one per "
+        "running pipeline (`edge_runtime_<device_id>_<pipeline>`), listing its entities (see the Home Assistant "
+        "recipe)",
+    ),
+    TopicEntry(
+        "homeassistant.status_topic",
+        "<discovery_prefix>/status",
+        "subscribes",
+        "1",
+        "no",
+        "the `homeassistant` section",
+        "Home Assistant's `online` after each of its connects, upon which the box sends its discovery documents, "
+        "every retained state and its stats again",
+    ),
+    TopicEntry(
         "pipelines[].source.topics",
         "each of `pipelines[].source.topics`",
         "subscribes",

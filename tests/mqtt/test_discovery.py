@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import jinja2
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from edge_runtime.config.schema import DaemonConfig
@@ -242,3 +244,15 @@ def test_names_from_a_config_or_a_model_cannot_leave_their_template_or_their_top
 def test_the_documents_are_the_same_for_the_same_config() -> None:
     """A reload that changes nothing of a pipeline sends Home Assistant nothing new."""
     assert documents_of(box([camera()])).payloads() == documents_of(box([camera()])).payloads()
+
+
+def test_the_entity_ids_the_documentation_lists_are_those_the_box_announces() -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "recipes" / "home-assistant.md"
+    text = page.read_text(encoding="utf-8")
+    first_config = text.split("```yaml\n", 1)[1].split("```", 1)[0].replace("!credential door-camera-url", "rtsp://x")
+    announced = {
+        c["default_entity_id"]
+        for c in components(documents_of(DaemonConfig.model_validate(yaml.safe_load(first_config)))).values()
+    }
+    listed = set(re.findall(r"`((?:sensor|binary_sensor|image|event)\.gate_3_[a-z0-9_]+)`", text))
+    assert len(listed) >= 12 and listed <= announced, listed - announced
