@@ -10,8 +10,9 @@ and deleted with an empty payload. Three more moments:
   reach it too, but a broker that lost them (restarted without persistence) would leave Home Assistant
   with nothing until the next change.
 - A reload: documents of pipelines gone are deleted (Home Assistant removes their devices and entities),
-  and the others replaced; a pipeline's document that no longer lists a zone's or a line's entities makes
-  Home Assistant remove those.
+  and the others replaced. An entity a pipeline no longer has (a zone or a line taken out) stays in its
+  document as its platform alone, which is how Home Assistant is told to remove one component of a device:
+  left out, it would stay.
 - Turning discovery off in a reload deletes every document the box put.
 
 The box's stats carry the health figures some entities read; `wants_stats` tells the daemon to send them
@@ -22,10 +23,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edge_runtime.mqtt.connection import MqttConnection
-from edge_runtime.mqtt.discovery import announcement
+from edge_runtime.mqtt.discovery import Announcement, announcement
 from edge_runtime.mqtt.retained import RetainedStates
 from edge_runtime.mqtt.topics import Topics
 
@@ -49,6 +50,7 @@ class DiscoveryPublisher:
         self.births = 0  # Home Assistant's `online` messages taken
         self.wants_stats = threading.Event()
         self._documents: dict[str, bytes] = {}
+        self._platforms: dict[str, dict[str, str]] = {}  # by document: each component's platform, removed ones too
         self._birth_topic: str | None = None
         self._lock = threading.Lock()
 
@@ -57,8 +59,14 @@ class DiscoveryPublisher:
         follow Home Assistant's status topic as the settings name it (none when discovery is off)."""
         settings = config.homeassistant
         enabled = settings is not None and settings.enabled
-        payloads = announcement(settings, config, self.topics).payloads() if settings is not None and enabled else {}
+        documents = announcement(settings, config, self.topics).documents if settings is not None and enabled else {}
         with self._lock:
+            documents = {topic: self._with_removals(topic, document) for topic, document in documents.items()}
+            self._platforms = {
+                topic: {key: component["platform"] for key, component in document["components"].items()}
+                for topic, document in documents.items()
+            }
+            payloads = Announcement(documents).payloads()
             gone = [topic for topic in self._documents if topic not in payloads]
             changed = {topic: payload for topic, payload in payloads.items() if self._documents.get(topic) != payload}
             self._documents = payloads
@@ -69,6 +77,19 @@ class DiscoveryPublisher:
         self._follow(settings.birth_topic if settings is not None and enabled else None)
         if gone or changed:
             log.info("Home Assistant discovery: %d devices announced, %d removed", len(payloads), len(gone))
+
+    def _with_removals(self, topic: str, document: dict[str, Any]) -> dict[str, Any]:
+        """The document, listing each component it had before and no longer has as its platform alone: Home
+        Assistant 2026.11 keeps a component left out of an updated device document, and removes one sent so.
+        Such a component stays listed (harmless once removed), so a Home Assistant that was away meanwhile
+        removes it too when it reads the retained document."""
+        components = document["components"]
+        removed = {
+            key: {"platform": platform}
+            for key, platform in self._platforms.get(topic, {}).items()
+            if key not in components
+        }
+        return document | {"components": components | removed} if removed else document
 
     @property
     def documents(self) -> dict[str, bytes]:
