@@ -245,6 +245,7 @@ class Daemon:
         self.watchdog.register(name)
         pipeline.start()
         self.pipelines[name] = pipeline
+        self.states.refresh()  # a session begun while models loaded gets the states at zero now, not at the end
         runs_on = model.backend.runs_on
         hint = f", {runs_on.details['hint']} hint" if "hint" in runs_on.details else ""
         log.info(
