@@ -44,6 +44,7 @@ __all__ = [
     "MANUFACTURER",
     "MINIMUM_HOME_ASSISTANT",
     "ORIGIN",
+    "PLATFORMS",
     "Announcement",
     "announcement",
     "discovery_id",
@@ -59,6 +60,7 @@ ORIGIN = {
 }
 STATUS_ONLINE, STATUS_OFFLINE = "online", "offline"  # the box's status payloads (mqtt.connection)
 CROSSING_DIRECTIONS = ("in", "out")  # crossing.schema.json
+PLATFORMS = frozenset({"sensor", "binary_sensor", "image", "event"})  # the kinds of entity the box announces
 
 
 def discovery_id(*parts: str) -> str:
@@ -116,6 +118,7 @@ class _Device:
         }
 
     def add(self, platform: str, key: tuple[str, ...], name: str, **options: Any) -> None:
+        assert platform in PLATFORMS, platform
         component = discovery_id(*key)
         self.document["components"][component] = {
             "platform": platform,

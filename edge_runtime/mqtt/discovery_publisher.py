@@ -14,6 +14,8 @@ and deleted with an empty payload. Three more moments:
   document as its platform alone, which is how Home Assistant is told to remove one component of a device:
   left out, it would stay.
 - Turning discovery off in a reload deletes every document the box put.
+- A start after the config changed while the box was stopped: what was announced is kept in the state
+  directory, so documents and components of what is no longer there are removed the same way.
 
 The box's stats carry the health figures some entities read; `wants_stats` tells the daemon to send them
 at once after a birth, so those entities have a value within a second rather than a stats interval.
@@ -21,12 +23,15 @@ at once after a birth, so those entities have a value within a second rather tha
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edge_runtime.durable import replace_file
 from edge_runtime.mqtt.connection import MqttConnection
-from edge_runtime.mqtt.discovery import Announcement, announcement
+from edge_runtime.mqtt.discovery import PLATFORMS, Announcement, announcement
 from edge_runtime.mqtt.retained import RetainedStates
 from edge_runtime.mqtt.topics import Topics
 
@@ -43,14 +48,21 @@ BIRTH_PAYLOAD = b"online"  # Home Assistant's birth message; its will says "offl
 class DiscoveryPublisher:
     """The discovery documents of one box, kept in line with its config and re-sent when Home Assistant asks."""
 
-    def __init__(self, connection: MqttConnection, states: RetainedStates, topics: Topics) -> None:
+    def __init__(
+        self, connection: MqttConnection, states: RetainedStates, topics: Topics, record: Path | None = None
+    ) -> None:
+        """`record`: a file in the state directory where what was announced is kept, so that a pipeline, zone
+        or line taken out of the config while the box was stopped is removed from Home Assistant at its start."""
         self.connection = connection
         self.states = states
         self.topics = topics
+        self.record = record
         self.births = 0  # Home Assistant's `online` messages taken
         self.wants_stats = threading.Event()
-        self._documents: dict[str, bytes] = {}
-        self._platforms: dict[str, dict[str, str]] = {}  # by document: each component's platform, removed ones too
+        self._documents: dict[str, bytes] = {}  # as published by this process
+        # by document topic: each component's platform, removed ones too; {} for a document deleted
+        self._platforms: dict[str, dict[str, str]] = self._recorded()
+        self._deleted_once: set[str] = set()  # deleted documents put empty in this process
         self._birth_topic: str | None = None
         self._lock = threading.Lock()
 
@@ -62,21 +74,51 @@ class DiscoveryPublisher:
         documents = announcement(settings, config, self.topics).documents if settings is not None and enabled else {}
         with self._lock:
             documents = {topic: self._with_removals(topic, document) for topic, document in documents.items()}
-            self._platforms = {
+            gone = [topic for topic in self._platforms if topic not in documents and topic not in self._deleted_once]
+            self._platforms = {topic: {} for topic in self._platforms if topic not in documents} | {
                 topic: {key: component["platform"] for key, component in document["components"].items()}
                 for topic, document in documents.items()
             }
+            self._deleted_once = (self._deleted_once | set(gone)) - set(documents)
             payloads = Announcement(documents).payloads()
-            gone = [topic for topic in self._documents if topic not in payloads]
             changed = {topic: payload for topic, payload in payloads.items() if self._documents.get(topic) != payload}
             self._documents = payloads
+            platforms = dict(self._platforms)
         for topic in gone:
             self.states.put(topic, b"")
         for topic, payload in changed.items():
             self.states.put(topic, payload)
+        self._keep(platforms)
         self._follow(settings.birth_topic if settings is not None and enabled else None)
         if gone or changed:
             log.info("Home Assistant discovery: %d devices announced, %d removed", len(payloads), len(gone))
+
+    def _recorded(self) -> dict[str, dict[str, str]]:
+        """What an earlier run announced, from `record`; nothing if there is none or it is unreadable."""
+        if self.record is None:
+            return {}
+        try:
+            data = json.loads(self.record.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as error:
+            log.warning("ignoring %s (%s): entities removed while the box was stopped stay", self.record, error)
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {
+            str(topic): {str(key): platform for key, platform in platforms.items() if platform in PLATFORMS}
+            for topic, platforms in data.items()
+            if isinstance(platforms, dict)
+        }
+
+    def _keep(self, platforms: dict[str, dict[str, str]]) -> None:
+        if self.record is None:
+            return
+        try:
+            replace_file(self.record, json.dumps(platforms, sort_keys=True))
+        except OSError as error:
+            log.warning("could not keep %s (%s): a restart may leave removed entities", self.record, error)
 
     def _with_removals(self, topic: str, document: dict[str, Any]) -> dict[str, Any]:
         """The document, listing each component it had before and no longer has as its platform alone: Home

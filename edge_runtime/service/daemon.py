@@ -91,7 +91,9 @@ class Daemon:
         self.connection.qos.wanted = any(p.publish.qos == 2 for p in config.enabled_pipelines)
         self.publisher = Publisher(self.connection, self.spool, config.mqtt.spool)
         self.states = RetainedStates(self.connection)
-        self.discovery = DiscoveryPublisher(self.connection, self.states, self.topics)
+        self.discovery = DiscoveryPublisher(
+            self.connection, self.states, self.topics, config.state_dir / "homeassistant-discovery.json"
+        )
         trust = TrustPolicy.from_settings(config.trust, config.state_dir)
         self.model_pool = ModelPool(box, config.state_dir, config.cache_dir, trust)
         self.watchdog = ProgressWatchdog(self.notifier)

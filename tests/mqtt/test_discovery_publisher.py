@@ -44,10 +44,10 @@ class Box:
     """The daemon's three MQTT parts that discovery uses, on a real connection; the supervisor's refresh
     loop stands in as the test's `tick`."""
 
-    def __init__(self, broker: Mosquitto) -> None:
+    def __init__(self, broker: Mosquitto, record: Path | None = None) -> None:
         self.connection = MqttConnection(MqttSettings(host=broker.host, port=broker.port), "box-1")
         self.states = RetainedStates(self.connection)
-        self.discovery = DiscoveryPublisher(self.connection, self.states, Topics("edge", "box-1"))
+        self.discovery = DiscoveryPublisher(self.connection, self.states, Topics("edge", "box-1"), record)
 
     def tick(self) -> bool:
         self.states.refresh()
@@ -147,3 +147,44 @@ def test_a_custom_discovery_prefix_and_status_topic_are_followed(mosquitto: Mosq
         assert wait_for(lambda: box.discovery.births == 1, 5)
     finally:
         box.connection.stop()
+
+
+def test_what_was_taken_out_while_the_box_was_stopped_is_removed_at_its_start(
+    mosquitto: Mosquitto, tmp_path: Path
+) -> None:
+    record = tmp_path / "state" / "homeassistant-discovery.json"
+    first = Box(mosquitto, record)
+    first.discovery.apply(config("entrance", "porch"))
+    first.connection.start()
+    try:
+        assert wait_for(first.tick, 10)
+        assert wait_for(lambda: set(retained(mosquitto)) == {BOX_DOC, ENTRANCE_DOC, PORCH_DOC}, 10)
+    finally:
+        first.connection.stop()
+
+    second = Box(mosquitto, record)  # the config edited meanwhile: the entrance gone, the porch's zone renamed
+    second.discovery.apply(config("porch", zones=("front",)))
+    second.connection.start()
+    try:
+        assert wait_for(second.tick, 10)
+        assert wait_for(lambda: set(retained(mosquitto)) == {BOX_DOC, PORCH_DOC}, 10)
+        porch = json.loads(retained(mosquitto)[PORCH_DOC])["components"]
+        assert (
+            porch["zone_yard_occupancy"] == {"platform": "binary_sensor"}
+            and "state_topic" in porch["zone_front_occupancy"]
+        )
+    finally:
+        second.connection.stop()
+
+
+def test_an_unreadable_record_announces_what_runs_and_no_removal_it_cannot_know(
+    mosquitto: Mosquitto, tmp_path: Path
+) -> None:
+    record = tmp_path / "homeassistant-discovery.json"
+    for content in ("not json", '["a list"]', '{"homeassistant/device/x/config": {"c": "switch\\u0000"}}'):
+        record.write_text(content)
+        box = Box(mosquitto, record)
+        box.discovery.apply(config("entrance"))
+        documents = {topic: json.loads(payload) for topic, payload in box.discovery.documents.items()}
+        assert set(documents) == {BOX_DOC, ENTRANCE_DOC}
+        assert all(len(c) > 1 for doc in documents.values() for c in doc["components"].values())
