@@ -17,8 +17,10 @@ and deleted with an empty payload. Three more moments:
 - A start after the config changed while the box was stopped: what was announced is kept in the state
   directory, so documents and components of what is no longer there are removed the same way.
 
-The box's stats carry the health figures some entities read; `wants_stats` tells the daemon to send them
-at once after a birth, so those entities have a value within a second rather than a stats interval.
+The box's stats carry the health figures some entities read; the daemon sends them at once after
+answering a birth, so those entities have a value within a second rather than a stats interval. Anyone
+allowed to publish on Home Assistant's status topic can ask for an announcement, so births are answered
+at most every `ANNOUNCE_INTERVAL_S`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,11 +41,12 @@ from edge_runtime.mqtt.topics import Topics
 if TYPE_CHECKING:
     from edge_runtime.config.schema import DaemonConfig
 
-__all__ = ["BIRTH_PAYLOAD", "DiscoveryPublisher"]
+__all__ = ["ANNOUNCE_INTERVAL_S", "BIRTH_PAYLOAD", "DiscoveryPublisher"]
 
 log = logging.getLogger(__name__)
 
 BIRTH_PAYLOAD = b"online"  # Home Assistant's birth message; its will says "offline"
+ANNOUNCE_INTERVAL_S = 2.0  # the most often a birth is answered
 
 
 class DiscoveryPublisher:
@@ -58,7 +62,9 @@ class DiscoveryPublisher:
         self.topics = topics
         self.record = record
         self.births = 0  # Home Assistant's `online` messages taken
-        self.wants_stats = threading.Event()
+        self.announcements = 0  # births answered
+        self._asked = threading.Event()
+        self._announced_at = -ANNOUNCE_INTERVAL_S
         self._documents: dict[str, bytes] = {}  # as published by this process
         # by document topic: each component's platform, removed ones too; {} for a document deleted
         self._platforms: dict[str, dict[str, str]] = self._recorded()
@@ -148,10 +154,24 @@ class DiscoveryPublisher:
             self.connection.subscribe(birth_topic, 1, self._on_status)
 
     def _on_status(self, _topic: str, payload: bytes) -> None:
-        """Home Assistant's status (paho's thread): on its birth, every document and state again."""
+        """Home Assistant's status (paho's thread): its birth asks for an announcement, which `announce_if_asked`
+        makes on the daemon's thread."""
         if payload.strip() != BIRTH_PAYLOAD:
             return
         self.births += 1
+        self._asked.set()
+
+    def announce_if_asked(self) -> bool:
+        """Send every document and latest state again if Home Assistant asked since the last time; True if it
+        did, for the daemon to send its stats at once too. Whoever may publish on the status topic may ask, so
+        this answers at most once every `ANNOUNCE_INTERVAL_S` (a birth in between is answered after it): a
+        flood of `online` makes no flood of states."""
+        now = time.monotonic()
+        if not self._asked.is_set() or now - self._announced_at < ANNOUNCE_INTERVAL_S:
+            return False
+        self._asked.clear()
+        self._announced_at = now
+        self.announcements += 1
         log.info("Home Assistant came online: announcing the box again")
         self.states.resend()
-        self.wants_stats.set()
+        return True

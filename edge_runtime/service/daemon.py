@@ -212,8 +212,7 @@ class Daemon:
             if self._reload.is_set():
                 self._reload.clear()
                 self._apply_reload()
-            if time.monotonic() >= next_stats or self.discovery.wants_stats.is_set():
-                self.discovery.wants_stats.clear()
+            if self.discovery.announce_if_asked() or time.monotonic() >= next_stats:
                 self._publish_stats()
                 next_stats = time.monotonic() + self.config.stats.interval_s
             done = self.pipelines and all(p.finished.is_set() for p in self.pipelines.values())

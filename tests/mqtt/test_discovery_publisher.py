@@ -14,7 +14,7 @@ from waiting import wait_for
 
 from edge_runtime.config.schema import DaemonConfig
 from edge_runtime.mqtt.connection import MqttConnection
-from edge_runtime.mqtt.discovery_publisher import DiscoveryPublisher
+from edge_runtime.mqtt.discovery_publisher import ANNOUNCE_INTERVAL_S, DiscoveryPublisher
 from edge_runtime.mqtt.retained import RetainedStates
 from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.mqtt.topics import Topics
@@ -51,6 +51,7 @@ class Box:
 
     def tick(self) -> bool:
         self.states.refresh()
+        self.discovery.announce_if_asked()
         return self.states.in_session
 
 
@@ -93,8 +94,27 @@ def test_documents_are_retained_from_the_start_and_sent_again_when_home_assistan
     assert len(watcher.messages) == seen + 1 and running.discovery.births == 0
     mosquitto.publish("homeassistant/status", b"online", retain=False)
     again = {"homeassistant/status", BOX_DOC, ENTRANCE_DOC, "edge/box-1/entrance/zone/yard/occupied"}
-    assert watcher.wait_until(lambda m: {x.topic for x in m[seen + 1 :]} == again, timeout=5)
-    assert running.discovery.births == 1 and running.discovery.wants_stats.is_set()
+    assert wait_for(lambda: running.tick() and {x.topic for x in watcher.messages[seen + 1 :]} == again, 5)
+    assert running.discovery.births == running.discovery.announcements == 1
+
+
+def test_a_flood_of_births_is_answered_at_most_every_interval(mosquitto: Mosquitto, running: Box) -> None:
+    watcher = mosquitto.subscribe_collect(ENTRANCE_DOC)
+    assert watcher.wait_count(1)  # retained
+    mosquitto.publish("homeassistant/status", b"online")
+    assert wait_for(lambda: running.tick() and running.discovery.announcements == 1, 5)
+    answered_at = time.monotonic()
+    for _ in range(50):
+        mosquitto.publish("homeassistant/status", b"online")
+    assert wait_for(lambda: running.tick() and running.discovery.births == 51, 10)
+    while time.monotonic() - answered_at < ANNOUNCE_INTERVAL_S * 0.8:
+        running.tick()
+        time.sleep(0.05)
+    assert running.discovery.announcements == 1
+    assert wait_for(lambda: running.tick() and running.discovery.announcements == 2, ANNOUNCE_INTERVAL_S)
+    assert time.monotonic() - answered_at >= ANNOUNCE_INTERVAL_S  # the flood, answered once after the interval
+    time.sleep(0.3)
+    assert len(watcher.messages) == 3
 
 
 def test_a_reload_removes_what_is_gone_and_turning_discovery_off_removes_every_document(
@@ -117,7 +137,8 @@ def test_a_reload_removes_what_is_gone_and_turning_discovery_off_removes_every_d
     assert wait_for(lambda: retained(mosquitto) == {}, 10)
     mosquitto.publish("homeassistant/status", b"online")  # no longer followed
     time.sleep(0.5)
-    assert running.discovery.births == 0
+    running.tick()
+    assert running.discovery.births == running.discovery.announcements == 0
 
 
 def test_a_reconnect_of_the_box_puts_the_documents_again_on_a_broker_that_lost_them(tmp_path: Path) -> None:
@@ -144,7 +165,7 @@ def test_a_custom_discovery_prefix_and_status_topic_are_followed(mosquitto: Mosq
         watcher = mosquitto.subscribe_collect("ha/#")
         assert watcher.wait_until(lambda m: {x.topic for x in m} >= {"ha/device/edge_runtime_box-1/config"}, 5)
         mosquitto.publish("ha/alive", b"online")
-        assert wait_for(lambda: box.discovery.births == 1, 5)
+        assert wait_for(lambda: box.tick() and box.discovery.announcements == 1, 5)
     finally:
         box.connection.stop()
 
