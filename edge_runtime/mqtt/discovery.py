@@ -120,6 +120,8 @@ class _Device:
     def add(self, platform: str, key: tuple[str, ...], name: str, **options: Any) -> None:
         assert platform in PLATFORMS, platform
         component = discovery_id(*key)
+        if component in self.document["components"]:  # names that join alike ("a_b" + "c", "a" + "b_c")
+            component = f"{component}_{hashlib.sha256(repr(key).encode()).hexdigest()[:8]}"
         self.document["components"][component] = {
             "platform": platform,
             "unique_id": f"{self.object_id}_{component}",

@@ -256,3 +256,11 @@ def test_the_entity_ids_the_documentation_lists_are_those_the_box_announces() ->
     }
     listed = set(re.findall(r"`((?:sensor|binary_sensor|image|event)\.gate_3_[a-z0-9_]+)`", text))
     assert len(listed) >= 12 and listed <= announced, listed - announced
+
+
+def test_names_that_join_alike_still_give_every_entity_its_own_component() -> None:
+    zones = {"a_count_b": YARD, "a": YARD}
+    config = box([camera(track={"labels": ["b_count", "x"]}, zones=zones, lines={})])
+    [pipeline] = [doc for doc in documents_of(config).documents.values() if doc["device"]["name"] == "box-1 entrance"]
+    names = [component["name"] for component in pipeline["components"].values()]
+    assert "a b_count count" in names and "a_count_b count" in names and len(names) == len(set(names))
