@@ -1,7 +1,8 @@
 """Home Assistant's MQTT discovery documents for the box and its pipelines: what Home Assistant shows of them.
 
 Device-based discovery (Home Assistant 2024.11 and later): one retained document per device on
-`<discovery_prefix>/device/<id>/config`, listing every entity of the device under `cmps`. The box is one
+`<discovery_prefix>/device/edge_runtime_<device_id>/<box or pipeline_<name>>/config`, listing every entity
+of the device under `components`. The box is one
 device (the spool, the latest rollout and the release it brought), and each running pipeline another,
 attached to it through `via_device`, with its counts, occupancy, pictures, line crossings and health.
 One document per pipeline means a reload that drops a zone or a line sends the pipeline's document
@@ -29,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,8 @@ __all__ = [
     "MINIMUM_HOME_ASSISTANT",
     "ORIGIN",
     "PLATFORMS",
+    "SWITCH_OFF",
+    "SWITCH_ON",
     "Announcement",
     "announcement",
     "discovery_id",
@@ -59,8 +62,9 @@ ORIGIN = {
     "support_url": "https://github.com/edge-runtime/edge-runtime",
 }
 STATUS_ONLINE, STATUS_OFFLINE = "online", "offline"  # the box's status payloads (mqtt.connection)
+SWITCH_ON, SWITCH_OFF = "ON", "OFF"  # a pipeline's enabled topic and its switch's commands
 CROSSING_DIRECTIONS = ("in", "out")  # crossing.schema.json
-PLATFORMS = frozenset({"sensor", "binary_sensor", "image", "event"})  # the kinds of entity the box announces
+PLATFORMS = frozenset({"sensor", "binary_sensor", "image", "event", "switch"})  # the kinds of entity the box announces
 
 
 def discovery_id(*parts: str) -> str:
@@ -103,8 +107,8 @@ class Announcement:
 class _Device:
     """One device document being written: its components by id."""
 
-    def __init__(self, prefix: str, object_id: str, slug_base: str, device: dict[str, Any], topics: Topics) -> None:
-        self.topic = f"{prefix}/device/{object_id}/config"
+    def __init__(self, topic: str, object_id: str, slug_base: str, device: dict[str, Any], topics: Topics) -> None:
+        self.topic = topic
         self.object_id = object_id
         self.slug_base = slug_base
         self.document: dict[str, Any] = {
@@ -131,6 +135,12 @@ class _Device:
         }
 
 
+def _topic(settings: HomeAssistantSettings, box_id: str, leaf: str) -> str:
+    """A document's topic: every document of one box under one level (`edge_runtime_<device_id>`), so that a
+    broker ACL can let each box write its own and no other's."""
+    return f"{settings.discovery_prefix}/device/{box_id}/{leaf}/config"
+
+
 def _box_device(settings: HomeAssistantSettings, config: DaemonConfig, topics: Topics) -> _Device:
     box_id = discovery_id("edge_runtime", config.device_id)
     device = {
@@ -140,7 +150,7 @@ def _box_device(settings: HomeAssistantSettings, config: DaemonConfig, topics: T
         "model": "edge-runtime box",
         "sw_version": __version__,
     }
-    box = _Device(settings.discovery_prefix, box_id, entity_slug(config.device_id), device, topics)
+    box = _Device(_topic(settings, box_id, "box"), box_id, entity_slug(config.device_id), device, topics)
     stats = topics.stats
     box.add(
         "sensor",
@@ -182,7 +192,12 @@ def _exposed_labels(pipeline: PipelineConfig, settings: HomeAssistantSettings) -
 
 
 def _pipeline_device(
-    settings: HomeAssistantSettings, config: DaemonConfig, pipeline: PipelineConfig, topics: Topics, box_id: str
+    settings: HomeAssistantSettings,
+    config: DaemonConfig,
+    pipeline: PipelineConfig,
+    topics: Topics,
+    box_id: str,
+    running: bool = True,
 ) -> _Device:
     name = pipeline.name
     device = {
@@ -194,11 +209,12 @@ def _pipeline_device(
         "via_device": f"edge_runtime|{config.device_id}",
     }
     slug_base = entity_slug(config.device_id, name)
-    dev = _Device(settings.discovery_prefix, discovery_id(box_id, name), slug_base, device, topics)
+    topic = _topic(settings, box_id, discovery_id("pipeline", name))
+    dev = _Device(topic, discovery_id(box_id, name), slug_base, device, topics)
     wanted = settings.entities_of(name)
-    if pipeline.follows_objects:
+    if pipeline.follows_objects and running:
         _add_objects(dev, pipeline, topics, settings)
-    if wanted.health:
+    if wanted.health and running:
         in_report = f"value_json.pipelines[{_quoted(name)}]"
         present = f"{_quoted(name)} in value_json.pipelines"
         dev.add(
@@ -338,11 +354,29 @@ def _add_objects(
                 )
 
 
-def announcement(settings: HomeAssistantSettings, config: DaemonConfig, topics: Topics) -> Announcement:
-    """Every discovery document for `config`'s box and its running pipelines."""
+def announcement(
+    settings: HomeAssistantSettings, config: DaemonConfig, topics: Topics, switched_off: Collection[str] = ()
+) -> Announcement:
+    """Every discovery document for `config`'s box and its running pipelines. With `settings.controls`, each
+    pipeline also has a switch, and a pipeline in `switched_off` (turned off by its switch or a command, and
+    so not running) keeps a device with its switch alone, to be turned on again."""
     box = _box_device(settings, config, topics)
     documents = {box.topic: box.document}
-    for pipeline in config.enabled_pipelines:
-        dev = _pipeline_device(settings, config, pipeline, topics, box.object_id)
+    for pipeline in config.pipelines:
+        running = pipeline.enabled
+        if not running and not (settings.controls and pipeline.name in switched_off):
+            continue
+        dev = _pipeline_device(settings, config, pipeline, topics, box.object_id, running)
+        if settings.controls:
+            dev.add(
+                "switch",
+                ("enabled",),
+                "Running",
+                state_topic=topics.enabled(pipeline.name),
+                command_topic=topics.enabled_set(pipeline.name),
+                payload_on=SWITCH_ON,
+                payload_off=SWITCH_OFF,
+                entity_category="config",
+            )
         documents[dev.topic] = dev.document
     return Announcement(documents)

@@ -29,12 +29,13 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edge_runtime.durable import replace_file
 from edge_runtime.mqtt.connection import MqttConnection
-from edge_runtime.mqtt.discovery import PLATFORMS, Announcement, announcement
+from edge_runtime.mqtt.discovery import PLATFORMS, SWITCH_OFF, SWITCH_ON, Announcement, announcement
 from edge_runtime.mqtt.retained import RetainedStates
 from edge_runtime.mqtt.topics import Topics
 
@@ -47,16 +48,27 @@ log = logging.getLogger(__name__)
 
 BIRTH_PAYLOAD = b"online"  # Home Assistant's birth message; its will says "offline"
 ANNOUNCE_INTERVAL_S = 2.0  # the most often a birth is answered
+SwitchHandler = Callable[[str, bool], None]  # a pipeline's name, and whether to run it
 
 
 class DiscoveryPublisher:
     """The discovery documents of one box, kept in line with its config and re-sent when Home Assistant asks."""
 
     def __init__(
-        self, connection: MqttConnection, states: RetainedStates, topics: Topics, record: Path | None = None
+        self,
+        connection: MqttConnection,
+        states: RetainedStates,
+        topics: Topics,
+        record: Path | None = None,
+        on_switch: SwitchHandler | None = None,
     ) -> None:
         """`record`: a file in the state directory where what was announced is kept, so that a pipeline, zone
-        or line taken out of the config while the box was stopped is removed from Home Assistant at its start."""
+        or line taken out of the config while the box was stopped is removed from Home Assistant at its start.
+        `on_switch(pipeline, on)`: what a pipeline's switch does (with `homeassistant.controls`)."""
+        self.on_switch = on_switch
+        self.switches_refused = 0  # switch messages dropped: not ON or OFF, or no such pipeline
+        self._switchable: frozenset[str] = frozenset()
+        self._switch_topic: str | None = None
         self.connection = connection
         self.states = states
         self.topics = topics
@@ -72,12 +84,25 @@ class DiscoveryPublisher:
         self._birth_topic: str | None = None
         self._lock = threading.Lock()
 
-    def apply(self, config: DaemonConfig) -> None:
+    def apply(self, config: DaemonConfig, switched_off: Collection[str] = ()) -> None:
         """Announce what `config` runs: put new and changed documents, delete those of what is gone, and
-        follow Home Assistant's status topic as the settings name it (none when discovery is off)."""
+        follow Home Assistant's status topic as the settings name it (none when discovery is off).
+        `switched_off`: pipelines of the config turned off by their switch or a command."""
         settings = config.homeassistant
         enabled = settings is not None and settings.enabled
-        documents = announcement(settings, config, self.topics).documents if settings is not None and enabled else {}
+        documents = (
+            announcement(settings, config, self.topics, switched_off).documents
+            if settings is not None and enabled
+            else {}
+        )
+        controls = settings is not None and enabled and settings.controls
+        self._switchable = frozenset(
+            p.name for p in config.pipelines if controls and (p.enabled or p.name in switched_off)
+        )
+        for name in sorted(self._switchable):
+            running = config.pipeline(name).enabled
+            self.states.put(self.topics.enabled(name), (SWITCH_ON if running else SWITCH_OFF).encode())
+        self._take_switches(controls and self.on_switch is not None)
         with self._lock:
             documents = {topic: self._with_removals(topic, document) for topic, document in documents.items()}
             gone = [topic for topic in self._platforms if topic not in documents and topic not in self._deleted_once]
@@ -152,6 +177,31 @@ class DiscoveryPublisher:
         self._birth_topic = birth_topic
         if birth_topic is not None:
             self.connection.subscribe(birth_topic, 1, self._on_status)
+
+    def _take_switches(self, wanted: bool) -> None:
+        topic = self.topics.enabled_set("+") if wanted else None
+        if topic == self._switch_topic:
+            return
+        if self._switch_topic is not None:
+            self.connection.unsubscribe(self._switch_topic)
+        self._switch_topic = topic
+        if topic is not None:
+            self.connection.subscribe(topic, 1, self._on_switch)
+
+    def _on_switch(self, topic: str, payload: bytes) -> None:
+        """A switch's ON or OFF (paho's thread). From the network: anything but ON or OFF for a pipeline of the
+        config is counted and dropped."""
+        name = topic.removeprefix(f"{self.topics.device}/").removesuffix("/enabled/set")
+        command = payload.strip()
+        if name not in self._switchable or command not in (SWITCH_ON.encode(), SWITCH_OFF.encode()):
+            self.switches_refused += 1
+            log.warning(
+                "Home Assistant switch: dropped %r on %s (ON or OFF for a pipeline of the box)", payload[:32], topic
+            )
+            return
+        assert self.on_switch is not None
+        log.info("Home Assistant switch: pipeline %s %s", name, command.decode())
+        self.on_switch(name, command == SWITCH_ON.encode())
 
     def _on_status(self, _topic: str, payload: bytes) -> None:
         """Home Assistant's status (paho's thread): its birth asks for an announcement, which `announce_if_asked`

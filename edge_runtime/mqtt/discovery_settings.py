@@ -56,6 +56,11 @@ class HomeAssistantSettings(StrictModel):
         description="where Home Assistant says `online` after each connect, upon which the box announces itself "
         "again; default <discovery_prefix>/status",
     )
+    controls: bool = Field(
+        default=False,
+        description="a switch per pipeline that turns it off and on, on <prefix>/<device_id>/<pipeline>/enabled/set; "
+        "whoever may publish there can, so limit that topic with the broker's ACL (docs/recipes/home-assistant.md)",
+    )
     pipelines: dict[str, PipelineEntities] = Field(
         default_factory=dict,
         description="per pipeline name, which entities it shows; a pipeline not named shows the defaults",

@@ -91,9 +91,8 @@ class Daemon:
         self.connection.qos.wanted = any(p.publish.qos == 2 for p in config.enabled_pipelines)
         self.publisher = Publisher(self.connection, self.spool, config.mqtt.spool)
         self.states = RetainedStates(self.connection)
-        self.discovery = DiscoveryPublisher(
-            self.connection, self.states, self.topics, config.state_dir / "homeassistant-discovery.json"
-        )
+        record = config.state_dir / "homeassistant-discovery.json"  # what Home Assistant was told
+        self.discovery = DiscoveryPublisher(self.connection, self.states, self.topics, record, self._switch_pipeline)
         trust = TrustPolicy.from_settings(config.trust, config.state_dir)
         self.model_pool = ModelPool(box, config.state_dir, config.cache_dir, trust)
         self.watchdog = ProgressWatchdog(self.notifier)
@@ -146,7 +145,7 @@ class Daemon:
                     self.topics,
                 )
                 self.serving.start()
-            self.discovery.apply(self.config)  # after the pipelines put their counts at zero
+            self.discovery.apply(self.config, self.disabled.names())  # after the pipelines put their counts at zero
             connected = self.connection.wait_connected(CONNECT_WAIT_S)
             if connected:
                 self._check_broker_qos()
@@ -284,7 +283,6 @@ class Daemon:
         diff = diff_pipelines(self.config, new)
         if diff.restart_all:
             log.warning("reload: device id, broker or directories changed; restart the service to apply them")
-        self.discovery.apply(new)  # before the pipelines restart: entities of what is gone leave first
         for section in ("serve", "trust", "control", "rollout"):
             if getattr(new, section) != getattr(self.config, section):
                 log.warning("reload: the %s section changed; restart the service to apply it", section)
@@ -296,12 +294,20 @@ class Daemon:
                 self.states.put(published, b"")
         self.config = new
         before_start = self.states.mark()
+        # after what is gone was cleared and the mark (a switch's state under a pipeline must stay), before the
+        # pipelines start: entities of what is gone leave Home Assistant first
+        self.discovery.apply(new, self.disabled.names())
         for name in (*diff.added, *diff.changed):
             self._start_pipeline(new.pipeline(name))
         for name in diff.changed:  # what the pipeline had and no longer has: a zone or a line taken out
             self.states.clear_under(self.topics.pipeline(name), before=before_start)
         log.info("reloaded: added %s, changed %s, removed %s", diff.added, diff.changed, diff.removed)
         self.notifier.ready(f"{len(self.pipelines)} pipelines running")
+
+    def _switch_pipeline(self, name: str, on: bool) -> None:
+        """A Home Assistant switch, kept as the signed disable/enable commands keep it, applied by a reload."""
+        self.disabled.set(name, on)
+        self._reload.set()
 
     def report(self) -> dict[str, Any]:
         pipelines = {}

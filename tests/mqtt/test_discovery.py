@@ -53,6 +53,8 @@ PLATFORM_KEYS = {
     "binary_sensor": {"device_class", "expire_after", "force_update", "off_delay", "payload_off", "payload_on"},
     "image": {"content_type", "image_encoding", "image_topic", "url_template", "url_topic"},
     "event": {"device_class", "event_types"},
+    "switch": {"command_template", "command_topic", "device_class", "payload_off", "payload_on", "state_off",
+               "state_on", "value_template", "optimistic", "retain"},
 }  # fmt: skip
 STATE_CLASSES = {"measurement", "measurement_angle", "total", "total_increasing"}
 
@@ -113,6 +115,7 @@ def test_every_document_holds_only_keys_home_assistant_accepts_with_origin_and_a
         ]
         match = TOPIC_MATCHER.fullmatch(topic.removeprefix("homeassistant/"))
         assert topic.startswith("homeassistant/") and match is not None and match["component"] == "device"
+        assert match["node_id"] == "edge_runtime_box-1"  # one level per box, for the broker's ACL
         for component_id, component in document["components"].items():
             assert re.fullmatch(r"[a-zA-Z0-9_-]+", component_id)
             platform = component["platform"]
@@ -155,7 +158,7 @@ def test_a_pipeline_shows_counts_and_occupancy_per_label_and_zone_pictures_and_l
         == ("edge/box-1/entrance/line/gate/totals")
     )
     assert pipeline["Model"]["state_topic"] == "edge/box-1/entrance/model"
-    device = announced.documents["homeassistant/device/edge_runtime_box-1_entrance/config"]["device"]
+    device = announced.documents["homeassistant/device/edge_runtime_box-1/pipeline_entrance/config"]["device"]
     assert device["via_device"] == "edge_runtime|box-1" and device["name"] == "box-1 entrance"
     assert set(by_name(announced, "box-1")) == {"Results waiting", "Last rollout", "Model release"}
 
@@ -264,3 +267,19 @@ def test_names_that_join_alike_still_give_every_entity_its_own_component() -> No
     [pipeline] = [doc for doc in documents_of(config).documents.values() if doc["device"]["name"] == "box-1 entrance"]
     names = [component["name"] for component in pipeline["components"].values()]
     assert "a b_count count" in names and "a_count_b count" in names and len(names) == len(set(names))
+
+
+def test_controls_add_a_switch_per_pipeline_and_keep_a_switched_off_pipeline_to_turn_it_on_again() -> None:
+    config = box([camera(), camera("porch", enabled=False)], {"controls": True})
+    assert "Running" not in by_name(documents_of(box([camera()])), "box-1 entrance")  # off by default
+    announced = announcement(config.homeassistant, config, Topics("edge", "box-1"), switched_off=["porch"])  # type: ignore[arg-type]
+    switch = by_name(announced, "box-1 entrance")["Running"]
+    assert switch == switch | {
+        "platform": "switch",
+        "state_topic": "edge/box-1/entrance/enabled",
+        "command_topic": "edge/box-1/entrance/enabled/set",
+        "payload_on": "ON",
+        "payload_off": "OFF",
+    }
+    assert set(by_name(announced, "box-1 porch")) == {"Running"}  # nothing else of a pipeline that is not running
+    assert "box-1 porch" not in {d["device"]["name"] for d in documents_of(config).documents.values()}

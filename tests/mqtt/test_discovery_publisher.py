@@ -19,9 +19,9 @@ from edge_runtime.mqtt.retained import RetainedStates
 from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.mqtt.topics import Topics
 
-BOX_DOC = "homeassistant/device/edge_runtime_box-1/config"
-ENTRANCE_DOC = "homeassistant/device/edge_runtime_box-1_entrance/config"
-PORCH_DOC = "homeassistant/device/edge_runtime_box-1_porch/config"
+BOX_DOC = "homeassistant/device/edge_runtime_box-1/box/config"
+ENTRANCE_DOC = "homeassistant/device/edge_runtime_box-1/pipeline_entrance/config"
+PORCH_DOC = "homeassistant/device/edge_runtime_box-1/pipeline_porch/config"
 YARD = {"polygon": [[0, 0.5], [1, 0.5], [1, 1], [0, 1]]}
 
 
@@ -163,7 +163,7 @@ def test_a_custom_discovery_prefix_and_status_topic_are_followed(mosquitto: Mosq
     try:
         assert wait_for(box.tick, 10) and box.connection.wait_subscribed(10)
         watcher = mosquitto.subscribe_collect("ha/#")
-        assert watcher.wait_until(lambda m: {x.topic for x in m} >= {"ha/device/edge_runtime_box-1/config"}, 5)
+        assert watcher.wait_until(lambda m: {x.topic for x in m} >= {"ha/device/edge_runtime_box-1/box/config"}, 5)
         mosquitto.publish("ha/alive", b"online")
         assert wait_for(lambda: box.tick() and box.discovery.announcements == 1, 5)
     finally:

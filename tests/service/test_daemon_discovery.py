@@ -17,8 +17,8 @@ from broker import Mosquitto
 from daemon_process import FACE_MODEL, DaemonProcess
 from waiting import wait_for
 
-PIPELINE_DOC = "homeassistant/device/edge_runtime_test-box_faces/config"
-BOX_DOC = "homeassistant/device/edge_runtime_test-box/config"
+PIPELINE_DOC = "homeassistant/device/edge_runtime_test-box/pipeline_faces/config"
+BOX_DOC = "homeassistant/device/edge_runtime_test-box/box/config"
 
 
 def retained(broker: Mosquitto, topic: str = "homeassistant/#") -> dict[str, bytes]:
@@ -67,4 +67,34 @@ def test_the_daemon_announces_its_pipelines_again_on_a_birth_and_follows_a_reloa
     write_config(mosquitto, [faces], homeassistant={"enabled": False})
     daemon.signal(signal.SIGHUP)
     assert wait_for(lambda: retained(mosquitto) == {}, 30), daemon.log
+    assert daemon.stop() == 0
+
+
+def test_the_switch_turns_a_pipeline_off_and_on_and_anything_else_on_its_topic_is_dropped(
+    mosquitto: Mosquitto,
+    clip: Callable[[int], Path],
+    write_config: Callable[..., Path],
+    run_daemon: Callable[..., DaemonProcess],
+) -> None:
+    source = {"type": "file", "path": str(clip(20)), "realtime": True, "loop": True}
+    faces = {"name": "faces", "source": source, "model": {"path": str(FACE_MODEL)}}
+    daemon = run_daemon(write_config(mosquitto, [faces], homeassistant={"controls": True}))
+    state, command = "edge/test-box/faces/enabled", "edge/test-box/faces/enabled/set"
+    assert wait_for(lambda: retained(mosquitto, state).get(state) == b"ON", 60), daemon.log
+    assert "Running" in {c["name"] for c in json.loads(retained(mosquitto)[PIPELINE_DOC])["components"].values()}
+
+    for hostile in (b"off", b"ON\x00", b"x" * 100_000):
+        mosquitto.publish(command, hostile)
+    mosquitto.publish("edge/test-box/garage/enabled/set", b"OFF")  # no such pipeline
+    assert wait_for(lambda: daemon.log.count("Home Assistant switch: dropped") == 4, 10), daemon.log
+
+    mosquitto.publish(command, b"OFF")
+    assert wait_for(lambda: retained(mosquitto, state).get(state) == b"OFF", 30), daemon.log
+    assert "removed ('faces',)" in daemon.log
+    kept = json.loads(retained(mosquitto)[PIPELINE_DOC])["components"]  # the switch alone, to turn it on again
+    assert {key for key, c in kept.items() if len(c) > 1} == {"enabled"}
+
+    mosquitto.publish(command, b"ON")
+    assert wait_for(lambda: retained(mosquitto, state).get(state) == b"ON", 30), daemon.log
+    assert wait_for(lambda: "added ('faces',)" in daemon.log, 30), daemon.log
     assert daemon.stop() == 0
