@@ -160,11 +160,10 @@ class HomeAssistant:
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
-    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def post(self, path: str, body: dict[str, Any]) -> Any:
         answer = requests.post(f"{self.url}{path}", json=body, headers=self._headers(), timeout=30)
         assert answer.ok, f"{path}: {answer.status_code} {answer.text}"
-        result: dict[str, Any] = answer.json()
-        return result
+        return answer.json()
 
     def state(self, entity_id: str) -> dict[str, Any] | None:
         """The entity's state object, None where Home Assistant has no such entity."""

@@ -82,7 +82,7 @@ def write_config(path: Path, broker: Mosquitto, state: Path, pipelines: list[dic
         "cache_dir": str(state / "cache"),
         "stats": {"interval_s": 1},
         "pipelines": pipelines,
-        "homeassistant": {},
+        "homeassistant": {"controls": True},
     }
     path.write_text(yaml.safe_dump(config))
     return path
@@ -183,6 +183,15 @@ def test_home_assistant_finds_the_box_shows_true_states_and_follows_restarts_and
         zone_entities = [entity for entity in entities if "_zone_" in entity]
         assert wait_for(lambda: not set(zone_entities) & set(ha.states()), 60, 0.5), daemon.log
         assert ha.state(gate_in) is not None and ha.state(face_count) is not None
+
+        # the pipeline's switch, used from Home Assistant: off stops it and leaves the switch alone, on again
+        running = "switch.test_box_faces_enabled"
+        assert ha.value(running) == "on"
+        ha.post("/api/services/switch/turn_off", {"entity_id": running})
+        assert wait_for(lambda: "removed ('faces',)" in daemon.log, 30), daemon.log
+        assert ha.wait_state(running, "off") and ha.wait_state(face_count, None), daemon.log
+        ha.post("/api/services/switch/turn_on", {"entity_id": running})
+        assert ha.wait_state(running, "on") and wait_for(lambda: ha.state(face_count) is not None, 30), daemon.log
         assert daemon.stop() == 0
     finally:
         if daemon.process.poll() is None:
