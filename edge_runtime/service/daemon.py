@@ -294,9 +294,7 @@ class Daemon:
                 self.states.put(published, b"")
         self.config = new
         before_start = self.states.mark()
-        # after what is gone was cleared and the mark (a switch's state under a pipeline must stay), before the
-        # pipelines start: entities of what is gone leave Home Assistant first
-        self.discovery.apply(new, self.disabled.names())
+        self.discovery.apply(new, self.disabled.names())  # after the clearing and the mark: a switch's state stays
         for name in (*diff.added, *diff.changed):
             self._start_pipeline(new.pipeline(name))
         for name in diff.changed:  # what the pipeline had and no longer has: a zone or a line taken out
@@ -306,7 +304,11 @@ class Daemon:
 
     def _switch_pipeline(self, name: str, on: bool) -> None:
         """A Home Assistant switch, kept as the signed disable/enable commands keep it, applied by a reload."""
-        self.disabled.set(name, on)
+        try:
+            self.disabled.set(name, on)
+        except OSError as error:
+            log.error("switch for pipeline %s not applied: cannot keep it in %s (%s)", name, self.disabled.path, error)
+            return
         self._reload.set()
 
     def report(self) -> dict[str, Any]:
