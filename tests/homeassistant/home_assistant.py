@@ -75,14 +75,19 @@ class HomeAssistant:
             stderr=subprocess.STDOUT,
         )
         log.close()
-        assert wait_for(self._http_up, timeout, interval=0.5), self.log()
-        if self.token is None:
-            self._onboard()
-            self._keep_http_settings()
-            self._add_mqtt()
-        # its birth message says it subscribed to discovery and the box may announce itself
-        assert births.wait_until(lambda m: any(x.payload == b"online" for x in m), timeout=60), self.log()
-        births.close()
+        try:
+            assert wait_for(self._http_up, timeout, interval=0.5), self.log()
+            if self.token is None:
+                self._onboard()
+                self._keep_http_settings()
+                self._add_mqtt()
+            # its birth message says it subscribed to discovery and the box may announce itself
+            assert births.wait_until(lambda m: any(x.payload == b"online" for x in m), timeout=60), self.log()
+        except BaseException:
+            self.stop()  # a Home Assistant that did not come up right is not left running
+            raise
+        finally:
+            births.close()
 
     def stop(self, timeout: float = 60.0) -> None:
         if self._process is None or self._process.poll() is not None:
