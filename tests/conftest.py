@@ -81,5 +81,6 @@ def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
 
 # tests/peers compares edge_runtime with other projects' own code, which this environment does not have:
 # `make test-peers` runs it from its own environment (.venv-peers), by naming it. tests/image runs against the
-# container image, which `make image-test` builds first.
-collect_ignore = ["peers", "image"]
+# container image, which `make image-test` builds first. tests/homeassistant runs a real Home Assistant set up
+# once per machine as root: `make test-homeassistant` sets it up and runs it, by naming it.
+collect_ignore = ["peers", "image", "homeassistant"]

@@ -20,6 +20,7 @@ from edge_runtime.config.object_sections import check_object_sections
 from edge_runtime.config.rollout import RolloutSettings
 from edge_runtime.config.serving import ServeSettings
 from edge_runtime.config.trust import TrustSettings
+from edge_runtime.mqtt.discovery_settings import HomeAssistantSettings
 from edge_runtime.mqtt.settings import MqttSettings
 from edge_runtime.mqtt.topics import FLEET, check_topic_name
 from edge_runtime.package.manifest import DecoderSpec, InputSpec, PadValue
@@ -291,6 +292,11 @@ class DaemonConfig(StrictModel):
         validate_default=True,
         description="what this box runs on its sources; at least one pipeline or served model",
     )
+    homeassistant: HomeAssistantSettings | None = Field(
+        default=None,
+        description="announce the box and its pipelines to Home Assistant through MQTT discovery "
+        "(docs/recipes/home-assistant.md); null: no discovery",
+    )
 
     @field_validator("device_id")
     @classmethod
@@ -331,6 +337,20 @@ class DaemonConfig(StrictModel):
                 )
             first_index[pipeline.name] = index
         return pipelines
+
+    @model_validator(mode="after")
+    def _home_assistant_names_pipelines_of_the_box(self) -> DaemonConfig:
+        if self.homeassistant is None:
+            return self
+        names = [pipeline.name for pipeline in self.pipelines]
+        unknown = [name for name in self.homeassistant.pipelines if name not in names]
+        if unknown:
+            known = ", ".join(names) or "none"
+            raise ValueError(
+                f"homeassistant.pipelines names {', '.join(map(repr, unknown))}, which is not a pipeline of this box "
+                f"(its pipelines: {known})"
+            )
+        return self
 
     @property
     def enabled_pipelines(self) -> tuple[PipelineConfig, ...]:

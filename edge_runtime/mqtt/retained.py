@@ -64,6 +64,15 @@ class RetainedStates:
         with self._lock:
             return self.connection.connected and self._session == self.connection.connect_count
 
+    def resend(self) -> None:
+        """Publish every latest state again now, in this session: for a subscriber that asks to hear them
+        again (Home Assistant after it restarts) rather than for a new session of the box."""
+        with self._lock:
+            if self._session != self.connection.connect_count or not self.connection.connected:
+                return  # `refresh` sends them all once the session begins
+            for topic, payload in self._latest.items():
+                self.connection.publish(topic, payload, qos=1, retain=True)
+
     def refresh(self) -> None:
         """Publish every latest state once per new session; call it often, it does nothing otherwise."""
         with self._lock:

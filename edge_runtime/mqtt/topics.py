@@ -22,6 +22,8 @@
     <prefix>/<device_id>/<pipeline>/line/<line>   one message per crossing (schema: crossing.schema.json)
     <prefix>/<device_id>/<pipeline>/line/<line>/totals
                                                   crossings counted since `since` (retained; totals.schema.json)
+    <prefix>/<device_id>/<pipeline>/enabled       ON / OFF: whether it runs, with homeassistant.controls (retained)
+    <prefix>/<device_id>/<pipeline>/enabled/set   ON / OFF from Home Assistant's switch (homeassistant.controls)
     <prefix>/<device_id>/infer/<model>            requests for a served model (answered on their reply topic)
     <prefix>/<device_id>/rollout/<rollout_id>     a rollout's state, with its reason on failure (retained)
     <prefix>/<device_id>/command                  operators' signed commands (answered on their reply topic)
@@ -149,6 +151,14 @@ class Topics:
 
     def line_totals(self, pipeline: str, line: str) -> str:
         return f"{self.line_crossing(pipeline, line)}/totals"
+
+    def enabled(self, pipeline: str) -> str:
+        """Whether the pipeline runs, ON / OFF, for a switch that turns it off and on (retained)."""
+        return f"{self.device}/{pipeline}/enabled"
+
+    def enabled_set(self, pipeline: str) -> str:
+        """Where such a switch asks for ON or OFF; `enabled_set("+")` subscribes to every pipeline's."""
+        return f"{self.enabled(pipeline)}/set"
 
     def infer(self, model: str) -> str:
         """Where requests for a served model arrive; `infer("+")` subscribes to every model's."""

@@ -252,6 +252,47 @@ TOPICS = (
         'the answer as JSON; errors as `{"error": ..., "code": ...}`; a reply topic under `<prefix>/` is refused',
     ),
     TopicEntry(
+        "enabled",
+        _t.enabled("<pipeline>"),
+        "publishes",
+        "1",
+        "yes",
+        "`homeassistant.controls`: at start, on reload and after every reconnect",
+        "`ON` while the pipeline runs, `OFF` while its switch (or a signed command) keeps it off",
+    ),
+    TopicEntry(
+        "enabled_set",
+        _t.enabled_set("<pipeline>"),
+        "subscribes (`+/enabled/set`)",
+        "1",
+        "no",
+        "`homeassistant.controls`",
+        "`ON` or `OFF` from Home Assistant's switch: the pipeline is turned on or off as by `pipeline enable` or "
+        "`disable`, kept across restarts; anything else is counted and dropped. Limit who may publish here with "
+        "the broker's ACL",
+    ),
+    TopicEntry(
+        "homeassistant.discovery_prefix",
+        "<discovery_prefix>/device/edge_runtime_<device_id>/<part>/config",
+        "publishes",
+        "1",
+        "yes",
+        "the `homeassistant` section: at start, after every reconnect, when Home Assistant says `online`, and "
+        "on reload; emptied for a pipeline removed, and for all when discovery is turned off",
+        "Home Assistant's device discovery document: one for the box (`<part>` is `box`) and one per running "
+        "pipeline (`pipeline_<pipeline>`), listing its entities (see the Home Assistant recipe)",
+    ),
+    TopicEntry(
+        "homeassistant.status_topic",
+        "<discovery_prefix>/status",
+        "subscribes",
+        "1",
+        "no",
+        "the `homeassistant` section",
+        "Home Assistant's `online` after each of its connects, upon which the box sends its discovery documents, "
+        "every retained state and its stats again",
+    ),
+    TopicEntry(
         "pipelines[].source.topics",
         "each of `pipelines[].source.topics`",
         "subscribes",

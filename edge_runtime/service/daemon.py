@@ -30,6 +30,7 @@ from edge_runtime.control.handlers import ControlContext
 from edge_runtime.control.signed import NonceStore
 from edge_runtime.errors import ConfigError, EdgeRuntimeError
 from edge_runtime.mqtt.connection import MqttConnection
+from edge_runtime.mqtt.discovery_publisher import DiscoveryPublisher
 from edge_runtime.mqtt.publisher import Publisher
 from edge_runtime.mqtt.retained import RetainedStates
 from edge_runtime.mqtt.spool import Spool
@@ -100,6 +101,8 @@ class Daemon:
         self.connection.qos.wanted = any(p.publish.qos == 2 for p in config.enabled_pipelines)
         self.publisher = Publisher(self.connection, self.spool, config.mqtt.spool)
         self.states = RetainedStates(self.connection)
+        record = config.state_dir / "homeassistant-discovery.json"  # what Home Assistant was told
+        self.discovery = DiscoveryPublisher(self.connection, self.states, self.topics, record, self._switch_pipeline)
         trust = TrustPolicy.from_settings(config.trust, config.state_dir)
         self._fastest_found: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.fastest = FastestChoices(box, config.state_dir, self._fastest_found.put, lambda: self.rollouts.busy)
@@ -155,6 +158,7 @@ class Daemon:
                     self.topics,
                 )
                 self.serving.start()
+            self.discovery.apply(self.config, self.disabled.names())  # after the pipelines put their counts at zero
             connected = self.connection.wait_connected(CONNECT_WAIT_S)
             if connected:
                 refuse_qos_the_broker_lacks(self.connection, self.config, CONNECT_WAIT_S)
@@ -202,7 +206,7 @@ class Daemon:
                 self._reload.clear()
                 self._apply_reload()
             self._take_fastest_choices()
-            if time.monotonic() >= next_stats:
+            if self.discovery.announce_if_asked() or time.monotonic() >= next_stats:
                 self._publish_stats()
                 next_stats = time.monotonic() + self.config.stats.interval_s
             done = self.pipelines and all(p.finished.is_set() for p in self.pipelines.values())
@@ -242,6 +246,7 @@ class Daemon:
         self.watchdog.register(name)
         pipeline.start()
         self.pipelines[name] = pipeline
+        self.states.refresh()  # a session begun while models loaded gets the states at zero now, not at the end
         runs_on = model.backend.runs_on
         hint = f", {runs_on.details['hint']} hint" if "hint" in runs_on.details else ""
         log.info(
@@ -299,12 +304,22 @@ class Daemon:
         self.config = new
         self.shared_sources.update(new.sources)
         before_start = self.states.mark()
+        self.discovery.apply(new, self.disabled.names())  # after the clearing and the mark: a switch's state stays
         for name in (*diff.added, *diff.changed):
             self._start_pipeline(new.pipeline(name))
         for name in diff.changed:  # what the pipeline had and no longer has: a zone or a line taken out
             self.states.clear_under(self.topics.pipeline(name), before=before_start)
         log.info("reloaded: added %s, changed %s, removed %s", diff.added, diff.changed, diff.removed)
         self.notifier.ready(f"{len(self.pipelines)} pipelines running")
+
+    def _switch_pipeline(self, name: str, on: bool) -> None:
+        """A Home Assistant switch, kept as the signed disable/enable commands keep it, applied by a reload."""
+        try:
+            self.disabled.set(name, on)
+        except OSError as error:
+            log.error("switch for pipeline %s not applied: cannot keep it in %s (%s)", name, self.disabled.path, error)
+            return
+        self._reload.set()
 
     def report(self) -> dict[str, Any]:
         searches = self.fastest.describe()

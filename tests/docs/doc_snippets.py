@@ -46,7 +46,7 @@ SAMPLES = REPO / "samples"
 
 CONFIG_SECTIONS = frozenset(
     {"device_id", "mqtt", "state_dir", "cache_dir", "stats", "log_level", "serve", "trust", "control", "rollout",
-     "sources", "pipelines"}
+     "sources", "pipelines", "homeassistant"}
 )  # fmt: skip
 PIPELINE_FIELDS = frozenset({"name", "enabled", "source", "model", "preprocess", "decoder", "publish"})
 
