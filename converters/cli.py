@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from converters.budget import DEFAULT_RECOVERY_ITERATIONS, DEFAULT_RECOVERY_SECONDS
 from converters.context import QuantizationSettings
 from converters.describe import InputFlags
 from converters.errors import ConversionError
@@ -200,6 +201,21 @@ def _data_arguments(group: argparse._ArgumentGroup) -> None:
         "accuracy control in turn and keeping the first within --drop-threshold",
     )
     group.add_argument(
+        "--recovery-budget",
+        type=_seconds,
+        default=f"{DEFAULT_RECOVERY_SECONDS / 60:g}m",
+        metavar="DURATION",
+        help="time int8 recovery (and accuracy control) may take, e.g. 5m or 90s; when it runs out the best attempt "
+        "measured so far is kept, and the report says what a larger budget would try next",
+    )
+    group.add_argument(
+        "--recovery-iterations",
+        type=int,
+        default=DEFAULT_RECOVERY_ITERATIONS,
+        metavar="N",
+        help="groups of layers accuracy control may revert to float",
+    )
+    group.add_argument(
         "--full-range-weights",
         action="store_true",
         help="8-bit int8 weights in every OpenVINO and ONNX layer instead of 7-bit: a little more precise where the "
@@ -217,6 +233,12 @@ def _pruning_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--learning-rate", type=float, default=1e-4, metavar="RATE", help="fine-tuning learning rate (Adam)"
     )
+
+
+def _seconds(value: str) -> float:
+    from edge_runtime.commands.duration import parse_duration
+
+    return parse_duration(value).total_seconds()
 
 
 def _comma_list(value: str) -> tuple[str, ...]:
@@ -240,6 +262,8 @@ def _floats(value: str) -> tuple[float, ...]:
 def options_from(args: argparse.Namespace) -> ConvertOptions:
     if args.subset_size < 1:
         raise ConversionError("--subset-size must be at least 1")
+    if args.recovery_iterations < 1:
+        raise ConversionError("--recovery-iterations must be at least 1 (--no-recovery turns recovery off)")
     if not 0 < args.max_drop < 1:
         raise ConversionError("--max-drop is a fraction of top-1 accuracy, between 0 and 1 (e.g. 0.01)")
     flags = InputFlags(args.layout, args.mean, args.std, args.color_order, args.resize, args.pad_value)
@@ -252,6 +276,8 @@ def options_from(args: argparse.Namespace) -> ConvertOptions:
         tflite_io=args.tflite_io,
         full_range_weights=args.full_range_weights,
         seed=args.seed,
+        recovery_seconds=args.recovery_budget,
+        recovery_iterations=args.recovery_iterations,
     )
     prune = None
     if args.prune is not None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.budget import DEFAULT_RECOVERY_ITERATIONS, DEFAULT_RECOVERY_SECONDS
 from converters.calibration import Sample, SampleSet
 from converters.sources import SourceModel
 from edge_runtime.package.manifest import ModelFormat, Precision, Task
@@ -43,6 +44,8 @@ class QuantizationSettings:
     tflite_io: str = "int8"  # input/output type of full-integer TFLite variants: int8 or uint8
     full_range_weights: bool = False
     seed: int = 0
+    recovery_seconds: float = DEFAULT_RECOVERY_SECONDS  # time int8 recovery and accuracy control may take
+    recovery_iterations: int = DEFAULT_RECOVERY_ITERATIONS  # groups accuracy control may revert to float
 
     def weight_range_note(self) -> str:
         """What the report says about the int8 weight range of OpenVINO and ONNX variants."""

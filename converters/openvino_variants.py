@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from converters.budget import BudgetedValidation, RecoveryBudget, counting_reverts
 from converters.calibration import Sample, SampleSet
 from converters.context import BuildContext, BuiltVariant, QuantizationSettings, model_input, top1_hits
 from converters.errors import VariantSkippedError
@@ -66,13 +67,16 @@ def build_int8(ctx: BuildContext) -> BuiltVariant:
     return quantize_int8(ctx, control)
 
 
-def quantize_int8(ctx: BuildContext, control: AccuracyControl | None) -> BuiltVariant:
+def quantize_int8(
+    ctx: BuildContext, control: AccuracyControl | None, budget: RecoveryBudget | None = None
+) -> BuiltVariant:
     """NNCF quantization with `ctx`'s settings and calibration, into `ctx`'s output folder.
 
-    Called by `build_int8`, and by `converters.recovery` with other settings, another folder and its
-    own accuracy control.
+    Called by `build_int8`, and by `converters.recovery` with other settings, another folder, its own
+    accuracy control and the recovery's `budget`; accuracy control without one gets the settings' own.
     """
     import nncf
+    from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
 
     if ctx.calibration is None:
         raise VariantSkippedError("int8 needs calibration data: give --calibration")
@@ -89,18 +93,29 @@ def quantize_int8(ctx: BuildContext, control: AccuracyControl | None) -> BuiltVa
     model = float32_weights(ctx.source.openvino_model())
     if control is not None:
         step(f"openvino/int8: quantizing with accuracy control ({control.metric}, max drop {control.max_drop:g})")
+        budget = budget or RecoveryBudget(settings.recovery_seconds, settings.recovery_iterations)
+        validate = BudgetedValidation(control.validate, len(control.items), budget)
         validation = nncf.Dataset(control.items, lambda item: model_input(item[0]))
-        quantized = nncf.quantize_with_accuracy_control(
-            model,
-            calibration,
-            validation,
-            control.validate,
-            max_drop=control.max_drop,
-            drop_type=nncf.DropType.ABSOLUTE,
-            advanced_quantization_parameters=advanced_parameters(settings),
-            **common,
-        )
+        with counting_reverts(budget):
+            quantized = nncf.quantize_with_accuracy_control(
+                model,
+                calibration,
+                validation,
+                validate,
+                max_drop=control.max_drop,
+                drop_type=nncf.DropType.ABSOLUTE,
+                advanced_quantization_parameters=advanced_parameters(settings),
+                advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(
+                    max_num_iterations=budget.max_iterations
+                ),
+                **common,
+            )
         notes.append(control.note)
+        if budget.stopped_control:
+            notes.append(
+                f"accuracy control stopped when its time ran out ({budget.describe()}) at revert "
+                f"{budget.control_reverts}; the model is as it stood then"
+            )
     else:
         step(f"openvino/int8: quantizing with NNCF ({common['subset_size']} calibration samples)")
         quantized = nncf.quantize(model, calibration, advanced_parameters=advanced_parameters(settings), **common)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from converters.budget import RecoveryBudget, budget_summary, control_outcome
 from converters.calibration import Sample, SampleSet
 from converters.context import BuildContext, Builder, QuantizationSettings, model_input
 from converters.metrics import RunOutputs, match_outputs
@@ -105,6 +106,7 @@ def recover_int8(
 ) -> None:
     """Try the plan's attempts on a flagged `result`, keep the best in `ctx.out_dir`, and list them all in it."""
     assert result.drop is not None and ctx.calibration is not None
+    budget = RecoveryBudget(ctx.settings.recovery_seconds, ctx.settings.recovery_iterations)
     step(f"{VARIANT}: drop {result.drop.points:.2f} over {drop_threshold:g} points: quantizing again")
     plain = plain_int8_layers(ctx)
     first_control = _first_control(ctx)
@@ -113,8 +115,15 @@ def recover_int8(
     _measured(first, plain)
     tried = [first]
     control = recovery_control(ctx, reference, eval_set, drop_threshold)
-    for number, planned in enumerate(plan(ctx.settings, first_control is not None), 2):
+    steps = plan(ctx.settings, first_control is not None)
+    for number, planned in enumerate(steps, 2):
         accuracy, calibration = None, ctx.calibration
+        if budget.spent:
+            for late in steps[number - 2 :]:
+                settings = _settings(late.settings, len(ctx.calibration), None)
+                why = f"not tried: the budget ({budget.describe()}) ran out"
+                tried.append(_Tried(Attempt(late.name, settings, "skipped", why), result, ctx.out_dir))
+            break
         if planned.controlled:
             if isinstance(control, str):
                 settings = _settings(planned.settings, len(ctx.calibration), None)
@@ -123,11 +132,13 @@ def recover_int8(
             accuracy, calibration = control
         root = scratch / f"attempt-{number}"
         attempt_ctx = replace(ctx, out_dir=root, settings=planned.settings, calibration=calibration)
-        step(f"{VARIANT}: attempt {number}: {planned.name}")
-        attempt_result = try_variant(attempt_ctx, VARIANT, partial(quantize_int8, control=accuracy))
+        step(f"{VARIANT}: attempt {number} of {len(steps) + 1}: {planned.name} ({budget.left():.0f} s of budget left)")
+        attempt_result = try_variant(attempt_ctx, VARIANT, partial(quantize_int8, control=accuracy, budget=budget))
         settings = _settings(planned.settings, len(calibration), accuracy)
         tried.append(_Tried(Attempt(planned.name, settings, ""), attempt_result, root))
         _measured(tried[-1], plain)
+        if accuracy is not None and tried[-1].attempt.status == "flagged":
+            tried[-1].attempt.message = control_outcome(budget)
         step(f"{VARIANT}: attempt {number} ({planned.name}): {_outcome(tried[-1].attempt)}")
         if tried[-1].attempt.status == "ok":
             break
@@ -136,6 +147,7 @@ def recover_int8(
     if kept is not first:
         _adopt(ctx.out_dir, kept, result, tried.index(kept) + 1)
     result.attempts = [t.attempt for t in tried]
+    result.recovery_note = budget_summary(budget, [t.attempt for t in tried])
 
 
 def recovery_control(
@@ -343,7 +355,7 @@ def _adopt(out_dir: Path, kept: _Tried, result: VariantResult, number: int) -> N
     note = f"quantized again after the first try was flagged: attempt {number} ({kept.attempt.name}) was kept"
     kept.result.built = replace(kept.result.built, notes=(*kept.result.built.notes, note))
     for field in fields(VariantResult):
-        if field.name not in ("variant_id", "attempts"):
+        if field.name not in ("variant_id", "attempts", "recovery_note"):
             setattr(result, field.name, getattr(kept.result, field.name))
 
 
