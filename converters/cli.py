@@ -27,6 +27,7 @@ from edge_runtime.package.manifest import DEFAULT_DROP_THRESHOLD
 
 EXIT_NO_VARIANT = 1
 EXIT_BAD_INPUT = 2
+QUICK_BENCH_SECONDS = 0.5
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--seed", type=int, default=0, metavar="N", help="seed for sample selection and benchmark inputs"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a first look: of the variants, only each format's fp32 and int8, no int8 recovery, and at most "
+        f"{QUICK_BENCH_SECONDS:g} s per speed figure",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only warnings and the result")
     _signing_arguments(parser.add_argument_group("signing (boxes that trust the key load only signed packages)"))
@@ -300,13 +307,14 @@ def options_from(args: argparse.Namespace) -> ConvertOptions:
         settings=settings,
         variants=args.variants,
         drop_threshold=args.drop_threshold,
-        bench_seconds=args.bench_seconds,
+        bench_seconds=min(args.bench_seconds, QUICK_BENCH_SECONDS) if args.quick else args.bench_seconds,
         decoder=args.decoder,
         decoder_params=args.decoder_params,
         overwrite=args.overwrite,
         prune=prune,
         input_shape=args.input_shape,
-        recover=args.recover,
+        recover=args.recover and not args.quick,
+        quick=args.quick,
     )
 
 

@@ -43,7 +43,7 @@ from converters.report import REPORT_FILES, ConversionReport, VariantResult, wri
 from converters.requirements import check_requirements, needed
 from converters.sources import SourceModel, first_line
 from converters.ultralytics_exports import model_hints
-from converters.variants import BUILDERS, check_variant_ids, default_variants
+from converters.variants import BUILDERS, check_variant_ids, default_variants, quick_variants
 from edge_runtime.errors import BackendUnavailableError
 from edge_runtime.package.loader import ModelPackage, open_package
 from edge_runtime.package.maker import parse_decoder, parse_labels, parse_task
@@ -86,6 +86,7 @@ class ConvertOptions:
     prune: PruneOptions | None = None
     input_shape: tuple[int, ...] | None = None  # for PyTorch `module:factory` sources
     recover: bool = True  # quantize a flagged openvino/int8 again in better ways (converters.recovery)
+    quick: bool = False  # a first look: only each format's fp32 and int8 (the CLI also turns recovery off)
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,8 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
     if options.prune is not None:
         check_prunable(inputs.source)
     variant_ids = check_variant_ids(options.variants or default_variants(inputs.source.kind))
+    if options.quick:
+        variant_ids = quick_variants(variant_ids) or variant_ids
     prepare_out_dir(options.out_dir, options.overwrite, inputs.source.path)
     eval_set = evaluation_set(inputs, warnings)
     labels = eval_set.labels if inputs.task is Task.CLASSIFICATION else None
