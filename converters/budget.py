@@ -38,7 +38,7 @@ __all__ = [
     "counting_reverts",
 ]
 
-DEFAULT_RECOVERY_SECONDS = 300.0
+DEFAULT_RECOVERY_SECONDS = 120.0  # with the rest of a default conversion, within 3 minutes on 2 cores
 DEFAULT_RECOVERY_ITERATIONS = 20  # groups of operations accuracy control may revert to float
 
 Validate = Callable[[Any, Iterable[Any]], tuple[float, list[float]]]

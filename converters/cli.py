@@ -14,10 +14,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from converters.budget import DEFAULT_RECOVERY_ITERATIONS, DEFAULT_RECOVERY_SECONDS
+from converters.cache import default_cache_dir
 from converters.context import QuantizationSettings
 from converters.describe import InputFlags
 from converters.errors import ConversionError
 from converters.pipeline import ConvertOptions, convert
+from converters.progress import ProgressHandler, library_output_folded
 from converters.pruning import SCOPES, PruneOptions
 from converters.report import ConversionReport, verdict
 from converters.variants import BUILDERS, DEFAULT_VARIANTS, TENSORFLOW_VARIANTS
@@ -96,6 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--seed", type=int, default=0, metavar="N", help="seed for sample selection and benchmark inputs"
     )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="where reference outputs and int8 quantizations are kept for the next conversion of the same model "
+        "and data (default: $XDG_CACHE_HOME/edge-convert, else ~/.cache/edge-convert)",
+    )
+    parser.add_argument("--no-cache", action="store_true", help="compute everything again and keep nothing")
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -315,6 +325,7 @@ def options_from(args: argparse.Namespace) -> ConvertOptions:
         input_shape=args.input_shape,
         recover=args.recover and not args.quick,
         quick=args.quick,
+        cache_dir=None if args.no_cache else args.cache_dir or default_cache_dir(),
     )
 
 
@@ -325,30 +336,39 @@ def summary(report: ConversionReport, out_dir: Path) -> str:
     return "\n".join([*lines, where])
 
 
-def _log_to_stderr(level: int) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("edge-convert: %(message)s"))
+def _log_to_stderr(level: int) -> ProgressHandler:
+    """Progress with elapsed time and ETA: a status line on a terminal, plain lines otherwise."""
+    handler = ProgressHandler(sys.stderr)
+    handler.setLevel(level)
     logger = logging.getLogger("converters")
     logger.handlers = [handler]
     logger.setLevel(level)
     logger.propagate = False
+    return handler
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
+    handler = _log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
     try:
         _check_signing(args)
-        report = convert(options_from(args))
+        with library_output_folded():
+            report = convert(options_from(args))
+        handler.close()
         print(summary(report, args.out_dir))
         if report.package_written and args.sign is not None:
             print(sign(args))
     except EdgeRuntimeError as error:
+        handler.close()
         print(f"edge-convert: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
+        handler.close()
         print("edge-convert: interrupted", file=sys.stderr)
         return 130
+    finally:
+        handler.close()
+        logging.getLogger("converters").removeHandler(handler)
     return 0 if report.package_written else EXIT_NO_VARIANT
 
 

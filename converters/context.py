@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from converters.budget import DEFAULT_RECOVERY_ITERATIONS, DEFAULT_RECOVERY_SECO
 from converters.calibration import Sample, SampleSet
 from converters.sources import SourceModel
 from edge_runtime.package.manifest import ModelFormat, Precision, Task
+
+if TYPE_CHECKING:
+    from converters.cache import BuildCache
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class BuildContext:
     validation: SampleSet | None
     task: Task
     settings: QuantizationSettings
+    cache: BuildCache | None = None  # quantizations of earlier conversions of the same model and data
 
     def variant_dir(self, variant_id: str) -> Path:
         """`openvino/int8` lives in OUT/openvino/int8/, like the packages the runtime ships."""

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from converters.budget import BudgetedValidation, RecoveryBudget, counting_reverts
+from converters.cache import BuildCache, samples_digest
 from converters.calibration import Sample, SampleSet
 from converters.context import BuildContext, BuiltVariant, QuantizationSettings, model_input, top1_hits
 from converters.errors import VariantSkippedError
@@ -74,12 +75,42 @@ def quantize_int8(
 
     Called by `build_int8`, and by `converters.recovery` with other settings, another folder, its own
     accuracy control and the recovery's `budget`; accuracy control without one gets the settings' own.
+    The same quantization of the same model and data comes from `ctx.cache` where it holds one.
     """
+    if ctx.calibration is None:
+        raise VariantSkippedError("int8 needs calibration data: give --calibration")
+    budget = budget or RecoveryBudget(ctx.settings.recovery_seconds, ctx.settings.recovery_iterations)
+    key = None
+    if ctx.cache is not None:
+        key = _cache_key(ctx.cache, ctx, control, budget.max_iterations)
+        cached = ctx.cache.restore(key, ctx.out_dir)
+        if cached is not None:
+            step("openvino/int8: the same quantization from the cache")
+            budget.start_control()
+            return BuiltVariant(ModelFormat.OPENVINO, Precision.INT8, *cached)
+    built = _quantize(ctx, control, budget)
+    if ctx.cache is not None and key is not None and not budget.stopped_control:  # a stopped one depends on time
+        ctx.cache.store.keep_files(key, ctx.out_dir, built.files, built.notes)
+    return built
+
+
+def _cache_key(cache: BuildCache, ctx: BuildContext, control: AccuracyControl | None, iterations: int) -> str:
+    """What a quantization is a function of: the model, the calibration samples, the settings, and the control's
+    metric, limit, iteration cap and validation items (samples and targets)."""
+    assert ctx.calibration is not None
+    more: dict[str, Any] = {}
+    if control is not None:
+        targets = [repr(target) for _, target in control.items]
+        validation = samples_digest([sample for sample, _ in control.items], targets)
+        more = {"control": control.metric, "max_drop": control.max_drop, "cap": iterations, "validation": validation}
+    return cache.key("openvino/int8", ctx.settings, cache.data(ctx.calibration.samples), **more)
+
+
+def _quantize(ctx: BuildContext, control: AccuracyControl | None, budget: RecoveryBudget) -> BuiltVariant:
     import nncf
     from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
 
-    if ctx.calibration is None:
-        raise VariantSkippedError("int8 needs calibration data: give --calibration")
+    assert ctx.calibration is not None
     settings = ctx.settings
     calibration = nncf.Dataset(ctx.calibration.samples, model_input)
     common = quantization_options(settings, len(ctx.calibration))
@@ -93,7 +124,6 @@ def quantize_int8(
     model = float32_weights(ctx.source.openvino_model())
     if control is not None:
         step(f"openvino/int8: quantizing with accuracy control ({control.metric}, max drop {control.max_drop:g})")
-        budget = budget or RecoveryBudget(settings.recovery_seconds, settings.recovery_iterations)
         validate = BudgetedValidation(control.validate, len(control.items), budget)
         validation = nncf.Dataset(control.items, lambda item: model_input(item[0]))
         with counting_reverts(budget):

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from converters.annotations import check_detection_decoder, detection_task, load_annotated_images
+from converters.cache import BuildCache, ConversionCache, samples_digest, source_digest
 from converters.calibration import SampleSet, load_calibration, load_validation, synthetic_samples
 from converters.context import BuildContext, Builder, QuantizationSettings
 from converters.describe import InputFlags, build_input_specs, model_tensors
@@ -35,7 +36,16 @@ from converters.evaluate import (
     weight_sparsity,
 )
 from converters.metrics import Accuracy, RunOutputs, accuracy, agreement, drop_of
-from converters.progress import Warnings, log, step
+from converters.progress import (
+    Schedule,
+    Warnings,
+    current_schedule,
+    end_schedule,
+    log,
+    stage,
+    start_schedule,
+    step,
+)
 from converters.pruning import PruneOptions, check_prunable, check_prune_options, prune_source
 from converters.pytorch_source import open_model
 from converters.recovery import needs_recovery, recover_int8
@@ -87,6 +97,7 @@ class ConvertOptions:
     input_shape: tuple[int, ...] | None = None  # for PyTorch `module:factory` sources
     recover: bool = True  # quantize a flagged openvino/int8 again in better ways (converters.recovery)
     quick: bool = False  # a first look: only each format's fp32 and int8 (the CLI also turns recovery off)
+    cache_dir: Path | None = None  # keep reference outputs and int8 quantizations for the next conversion
 
 
 @dataclass(frozen=True)
@@ -115,8 +126,12 @@ class Inputs:
 
 def convert(options: ConvertOptions) -> ConversionReport:
     """Convert, measure and package; returns the report (also written to the output folder)."""
-    with tempfile.TemporaryDirectory(prefix="edge-convert-") as scratch:
-        return _convert(options, Path(scratch))
+    start_schedule(Schedule(bench_seconds=options.bench_seconds))
+    try:
+        with tempfile.TemporaryDirectory(prefix="edge-convert-") as scratch:
+            return _convert(options, Path(scratch))
+    finally:
+        end_schedule()
 
 
 def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
@@ -127,6 +142,7 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
     if options.prune is not None:
         check_prune_options(options.prune)
     check_requirements(needed(options.model, options.variants))
+    stage("load")
     inputs = read_inputs(options, warnings, scratch)
     if options.prune is not None:
         check_prunable(inputs.source)
@@ -135,8 +151,11 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
         variant_ids = quick_variants(variant_ids) or variant_ids
     prepare_out_dir(options.out_dir, options.overwrite, inputs.source.path)
     eval_set = evaluation_set(inputs, warnings)
+    _plan(variant_ids, inputs, eval_set)
+    stage("reference")
     labels = eval_set.labels if inputs.task is Task.CLASSIFICATION else None
-    reference_outputs, reference_label = run_reference(inputs.source, eval_set, warnings)
+    cache = ConversionCache(options.cache_dir) if options.cache_dir is not None else None
+    reference_outputs, reference_label = cached_reference(cache, inputs.source, eval_set, warnings)
     reference = Reference(
         reference_outputs,
         labels,
@@ -146,10 +165,14 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
     built_from, pruning = inputs.source, None
     if options.prune is not None:
         built_from, pruning = prune_source(inputs.source, options.prune, scratch)
+    builds = BuildCache(cache, source_digest(built_from.path)) if cache is not None else None
     ctx = BuildContext(
-        built_from, options.out_dir, inputs.calibration, inputs.validation, inputs.task, options.settings
+        built_from, options.out_dir, inputs.calibration, inputs.validation, inputs.task, options.settings, builds
     )
-    results = [build_variant(ctx, variant_id) for variant_id in variant_ids]
+    results = []
+    for variant_id in variant_ids:
+        stage(f"{variant_id}: build")
+        results.append(build_variant(ctx, variant_id))
     report = ConversionReport(
         name=str(inputs.manifest_fields["name"]),
         source=inputs.source_label,
@@ -169,6 +192,7 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
     package = _package_in_memory(options.out_dir, results, inputs.manifest_fields)
     for result in results:
         if result.status == "ok" and package is not None:
+            stage(f"{result.variant_id}: evaluate")
             evaluate_variant(package, result, reference, eval_set, options)
             if options.recover and needs_recovery(result):
                 fields = inputs.manifest_fields
@@ -180,9 +204,19 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
                 except Exception as error:  # the variant stays as it was, flagged; the report says why
                     log.debug("recovering %s failed", result.variant_id, exc_info=True)
                     warnings.add(f"{result.variant_id}: recovery stopped: {type(error).__name__}: {first_line(error)}")
+    stage("report")
     report.package_written = _write_manifest(options.out_dir, results, inputs.manifest_fields, report)
     write_report(report, options.out_dir)
     return report
+
+
+def _plan(variant_ids: Sequence[str], inputs: Inputs, eval_set: SampleSet) -> None:
+    """The stages ahead, and the sizes their times are first estimated from (`converters.progress`)."""
+    schedule = current_schedule()
+    if schedule is not None:
+        schedule.calibration_samples = len(inputs.calibration) if inputs.calibration else 0
+        schedule.evaluation_samples = len(eval_set)
+        schedule.plan(variant_ids)
 
 
 def evaluation_set(inputs: Inputs, warnings: Warnings) -> SampleSet:
@@ -202,6 +236,16 @@ def score_boxes(
     if eval_set.boxes is None or decoder is None:
         return None
     return detection_accuracy(outputs, eval_set, decoder, labels)
+
+
+def cached_reference(
+    cache: ConversionCache | None, source: SourceModel, eval_set: SampleSet, warnings: Warnings
+) -> tuple[RunOutputs, str]:
+    """The reference's outputs on the evaluation set: run once per model and data, then from the cache."""
+    if cache is None:
+        return run_reference(source, eval_set, warnings)
+    key = cache.key("reference", source=source_digest(source.path), data=samples_digest(eval_set.samples))
+    return cache.reference(key, partial(run_reference, source, eval_set, warnings))
 
 
 def run_reference(source: SourceModel, eval_set: SampleSet, warnings: Warnings) -> tuple[RunOutputs, str]:

@@ -41,7 +41,7 @@ from converters.openvino_variants import (
     quantize_int8,
     top1_control,
 )
-from converters.progress import step
+from converters.progress import current_schedule, stage, step
 from converters.report import Attempt, VariantResult
 from edge_runtime.package.manifest import Task
 
@@ -116,6 +116,10 @@ def recover_int8(
     tried = [first]
     control = recovery_control(ctx, reference, eval_set, drop_threshold)
     steps = plan(ctx.settings, first_control is not None)
+    schedule = current_schedule()
+    if schedule is not None:
+        names = [(f"attempt {n}: {s.name}", s.controlled) for n, s in enumerate(steps, 2)]
+        schedule.plan_recovery(names, budget.left())
     for number, planned in enumerate(steps, 2):
         accuracy, calibration = None, ctx.calibration
         if budget.spent:
@@ -131,6 +135,7 @@ def recover_int8(
                 continue
             accuracy, calibration = control
         root = scratch / f"attempt-{number}"
+        stage(f"attempt {number}: {planned.name}")
         attempt_ctx = replace(ctx, out_dir=root, settings=planned.settings, calibration=calibration)
         step(f"{VARIANT}: attempt {number} of {len(steps) + 1}: {planned.name} ({budget.left():.0f} s of budget left)")
         attempt_result = try_variant(attempt_ctx, VARIANT, partial(quantize_int8, control=accuracy, budget=budget))
@@ -142,6 +147,8 @@ def recover_int8(
         step(f"{VARIANT}: attempt {number} ({planned.name}): {_outcome(tried[-1].attempt)}")
         if tried[-1].attempt.status == "ok":
             break
+    if schedule is not None:
+        schedule.end_recovery()
     kept = _pick(tried)
     kept.attempt.kept = True
     if kept is not first:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -40,3 +41,12 @@ def tiny_conversion(
 def annotated_faces(astronaut_bgr: np.ndarray, tmp_path_factory: pytest.TempPathFactory) -> AnnotatedImages:
     """Real photos with hand-drawn face boxes, and photos without faces, as a COCO-annotated folder."""
     return write_annotated_faces(astronaut_bgr, tmp_path_factory.mktemp("annotated_faces"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def conversion_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """`edge-convert` keeps work in the user's cache folder; the tests keep theirs in a folder of their own."""
+    folder = tmp_path_factory.mktemp("xdg_cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(folder))
+        yield folder / "edge-convert"

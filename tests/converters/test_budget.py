@@ -42,7 +42,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_budget_flags_are_parsed_into_the_settings() -> None:
     defaults = options_from(build_parser().parse_args(["m.onnx", "-o", "out"])).settings
-    assert (defaults.recovery_seconds, defaults.recovery_iterations) == (300.0, 20)
+    assert (defaults.recovery_seconds, defaults.recovery_iterations) == (120.0, 20)
     args = build_parser().parse_args(["m.onnx", "-o", "out", "--recovery-budget", "90s", "--recovery-iterations", "3"])
     assert (options_from(args).settings.recovery_seconds, options_from(args).settings.recovery_iterations) == (90, 3)
     with pytest.raises(SystemExit):
