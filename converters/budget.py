@@ -11,7 +11,9 @@ when it gives up it hands back no model of its own choosing. So the converter bo
   NNCF reads that as "accuracy restored", stops, and returns the model as it stands (the groups reverted
   so far, plus the one it was trying). The converter then measures that model as it measures every
   attempt and keeps whichever attempt measured best, so an answer that is not a real measurement never
-  decides what ships.
+  decides what ships. When the time runs out before the first revert, while NNCF still ranks the layers
+  (which compiles one model per group of layers, a minute on a model of fifty layers), the attempt is
+  abandoned at once instead: the rest of the ranking would be spent on answers that rank nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from converters.errors import VariantSkippedError
 from converters.progress import step
 
 if TYPE_CHECKING:
@@ -98,6 +101,10 @@ class BudgetedValidation:
         listed = list(items)
         if self._float_metric is not None and self._budget.spent:
             self._budget.stopped_control = True
+            if self._budget.control_reverts == 0:  # still ranking: what is left of it would only compile models
+                raise VariantSkippedError(
+                    f"the time ran out ({self._budget.describe()}) before accuracy control reverted any layer"
+                )
             values = [self._float_values.get(id(item), self._float_metric) for item in listed]
             whole = len(listed) == self._item_count or not values
             return (self._float_metric if whole else sum(values) / len(values)), values
@@ -156,6 +163,11 @@ def budget_summary(budget: RecoveryBudget, attempts: list[Attempt]) -> str:
     untried = [a.name for a in attempts if a.status == "skipped" and "budget" in a.message]
     if untried:
         return f"{line} The time ran out: a larger --recovery-budget would try next: {', '.join(untried)}."
+    if budget.stopped_control and budget.control_reverts == 0:
+        return (
+            f"{line} The time ran out while accuracy control ranked the layers: a larger --recovery-budget would let "
+            "it revert the costliest to float."
+        )
     if budget.stopped_control:
         return (
             f"{line} Accuracy control was stopped by the time at revert {budget.control_reverts}: a larger "

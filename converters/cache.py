@@ -9,8 +9,9 @@ them): a changed model, sample, flag or library is a different key, never a stal
 
 The cache lives in `$XDG_CACHE_HOME/edge-convert` (else `~/.cache/edge-convert`), or `--cache-dir`; its
 folders are made readable by their owner only, since a cached model is loaded as the conversion's own.
-An accuracy control cut short by the time budget depends on the machine's speed, not on the key, and is
-not kept. Entries are written to a temporary name and renamed, so an interrupted write leaves no entry.
+An accuracy control cut short by the time budget went as far as the machine got in that time: it is
+kept under the budget as well, so that only a conversion with the same budget reuses it. Entries are
+written to a temporary name and renamed, so an interrupted write leaves no entry.
 """
 
 from __future__ import annotations

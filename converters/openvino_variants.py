@@ -80,17 +80,21 @@ def quantize_int8(
     if ctx.calibration is None:
         raise VariantSkippedError("int8 needs calibration data: give --calibration")
     budget = budget or RecoveryBudget(ctx.settings.recovery_seconds, ctx.settings.recovery_iterations)
-    key = None
-    if ctx.cache is not None:
-        key = _cache_key(ctx.cache, ctx, control, budget.max_iterations)
-        cached = ctx.cache.restore(key, ctx.out_dir)
+    if ctx.cache is None:
+        return _quantize(ctx, control, budget)
+    # An accuracy control the clock stopped went as far as this machine got in the time: kept apart, under the
+    # budget too, so that only the same conversion with the same budget reuses it.
+    key = _cache_key(ctx.cache, ctx, control, budget.max_iterations)
+    stopped_key = f"{key}-stopped-{ctx.settings.recovery_seconds:g}s"
+    for found in (key, stopped_key) if control is not None else (key,):
+        cached = ctx.cache.restore(found, ctx.out_dir)
         if cached is not None:
             step("openvino/int8: the same quantization from the cache")
             budget.start_control()
+            budget.stopped_control = found == stopped_key
             return BuiltVariant(ModelFormat.OPENVINO, Precision.INT8, *cached)
     built = _quantize(ctx, control, budget)
-    if ctx.cache is not None and key is not None and not budget.stopped_control:  # a stopped one depends on time
-        ctx.cache.store.keep_files(key, ctx.out_dir, built.files, built.notes)
+    ctx.cache.store.keep_files(stopped_key if budget.stopped_control else key, ctx.out_dir, built.files, built.notes)
     return built
 
 

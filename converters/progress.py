@@ -131,11 +131,11 @@ class Schedule:
         per_sample = self._per_sample()
         if per_sample is None:
             return None
-        now = self.clock()
-        pending = [s for s in self.stages if s.seconds is None]
+        now, current, started = self.clock(), self.current, self.current_started  # the display reads from a thread
+        pending = [s for s in list(self.stages) if s.seconds is None]
         left = {id(s): self._estimate(s, per_sample) for s in pending}
-        if self.current is not None and id(self.current) in left:
-            left[id(self.current)] = max(left[id(self.current)] - (now - self.current_started), 0.0)
+        if current is not None and id(current) in left:
+            left[id(current)] = max(left[id(current)] - (now - started), 0.0)
         recovery = sum(left[id(s)] for s in pending if s.kind in RECOVERY_KINDS)
         if self.recovery_deadline is not None:
             recovery = min(recovery, max(self.recovery_deadline - now, 0.0))

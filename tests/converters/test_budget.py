@@ -13,9 +13,11 @@ import pytest
 from recovery_models import write_models
 
 from converters.budget import BudgetedValidation, RecoveryBudget
+from converters.cache import BuildCache, ConversionCache, source_digest
 from converters.calibration import SampleSet
 from converters.cli import build_parser, options_from
 from converters.context import BuildContext, QuantizationSettings
+from converters.errors import VariantSkippedError
 from converters.metrics import RunOutputs
 from converters.openvino_variants import AccuracyControl, quantize_int8
 from converters.pipeline import ConvertOptions, convert
@@ -66,6 +68,9 @@ def test_once_spent_every_model_scores_as_the_float_one_and_nothing_runs() -> No
     assert validation("222", items) == (2.0, [2.0, 2.0, 2.0])  # one revert
     assert not budget.stopped_control
     clock.now = 10.0
+    with pytest.raises(VariantSkippedError, match="before accuracy control reverted any layer"):
+        validation("000", items)  # still ranking: nothing to return a model for
+    budget.control_reverts = 1  # as NNCF's log line for a revert counts it
     assert validation("000", items) == (8.0, [9.0, 8.0, 7.0])
     assert validation("000", items[1:]) == (7.5, [8.0, 7.0])  # a ranking subset: its items' float values
     assert ran == ["987", "111", "222"] and budget.stopped_control and budget.left() == 0.0
@@ -86,9 +91,34 @@ def _context(models: Path, out_dir: Path, settings: QuantizationSettings) -> tup
     return ctx, AccuracyControl(items, validate, 1.0, "agreement", "accuracy control on every sample")
 
 
+def _timed_out_after_first_revert(
+    control: AccuracyControl, clock: SteppedClock, budget: RecoveryBudget
+) -> AccuracyControl:
+    """Held to no loss at all, so that NNCF goes on reverting; the time runs out as the first revert is measured."""
+
+    def slow(compiled: Any, items: Iterable[tuple[Any, Any]]) -> tuple[float, list[float]]:
+        if budget.control_reverts >= 1:
+            clock.now += 3600.0
+        return control.validate(compiled, items)
+
+    return AccuracyControl(control.items, slow, 0.0, "agreement", "note")
+
+
 def test_accuracy_control_stopped_by_the_clock_returns_the_model_as_it_stood(models: Path, tmp_path: Path) -> None:
     import openvino as ov
 
+    ctx, control = _context(models, tmp_path, QuantizationSettings())
+    clock = SteppedClock()
+    budget = RecoveryBudget(10.0, 20, clock=clock)
+    built = quantize_int8(ctx, _timed_out_after_first_revert(control, clock, budget), budget)
+    # The first revert was measured; NNCF heard "restored" after the next one and stopped there.
+    assert budget.stopped_control and budget.control_reverts == 2
+    assert any("stopped when its time ran out" in note and "at revert 2;" in note for note in built.notes)
+    found = layers(ov.Core().read_model(str(tmp_path / built.files[0])))
+    assert sum(not layer.int8 for layer in found if layer.kind == "MatMul") == 2
+
+
+def test_time_running_out_while_nncf_ranks_abandons_accuracy_control(models: Path, tmp_path: Path) -> None:
     ctx, control = _context(models, tmp_path, QuantizationSettings())
     clock = SteppedClock()
     budget = RecoveryBudget(10.0, 20, clock=clock)
@@ -100,12 +130,9 @@ def test_accuracy_control_stopped_by_the_clock_returns_the_model_as_it_stood(mod
             clock.now += 6.0
         return real(compiled, listed)
 
-    built = quantize_int8(ctx, AccuracyControl(control.items, slow, 1.0, "agreement", "note"), budget)
-    # The budget ran out while NNCF ranked: it reverted one group, heard "restored" and stopped.
-    assert budget.stopped_control and budget.control_reverts == 1
-    assert any("stopped when its time ran out" in note and "at revert 1;" in note for note in built.notes)
-    model = ov.Core().read_model(str(tmp_path / built.files[0]))
-    assert any(layer.int8 for layer in layers(model))  # an int8 model, with at most the one group NNCF was trying
+    with pytest.raises(VariantSkippedError, match="before accuracy control reverted any layer"):
+        quantize_int8(ctx, AccuracyControl(control.items, slow, 1.0, "agreement", "note"), budget)
+    assert budget.stopped_control and budget.control_reverts == 0
     unbounded = RecoveryBudget(3600.0, 20)
     quantize_int8(replace(ctx, out_dir=tmp_path / "unbounded"), control, unbounded)
     assert not unbounded.stopped_control and unbounded.control_reverts >= 1
@@ -148,3 +175,21 @@ def test_an_iteration_cap_is_what_nncf_may_revert(models: Path, tmp_path: Path) 
     assert capped.capped_control and capped.control_reverts == 1
     found = layers(ov.Core().read_model(str(tmp_path / built.files[0])))
     assert sum(not layer.int8 for layer in found if layer.kind == "MatMul") == 1
+
+
+def test_a_control_the_clock_stopped_is_reused_only_with_the_same_budget(models: Path, tmp_path: Path) -> None:
+    ctx, control = _context(models, tmp_path / "first", QuantizationSettings(recovery_seconds=10.0))
+    ctx = replace(ctx, cache=BuildCache(ConversionCache(tmp_path / "cache"), source_digest(models / "outlier.onnx")))
+    clock = SteppedClock()
+    stopped = RecoveryBudget(10.0, 20, clock=clock)
+    built = quantize_int8(ctx, _timed_out_after_first_revert(control, clock, stopped), stopped)
+    assert stopped.stopped_control
+    again = RecoveryBudget(10.0, 20)
+    held_to_nothing = AccuracyControl(control.items, control.validate, 0.0, "agreement", "note")
+    from_cache = quantize_int8(replace(ctx, out_dir=tmp_path / "again"), held_to_nothing, again)
+    assert again.stopped_control and from_cache.notes == built.notes
+    assert (tmp_path / "again" / built.files[1]).read_bytes() == (tmp_path / "first" / built.files[1]).read_bytes()
+    larger = replace(ctx, out_dir=tmp_path / "larger", settings=QuantizationSettings(recovery_seconds=3600.0))
+    unstopped = RecoveryBudget(3600.0, 20)
+    quantize_int8(larger, control, unstopped)
+    assert not unstopped.stopped_control and unstopped.control_reverts >= 1  # run again, to the end
