@@ -110,6 +110,21 @@ class ConversionCache:
             (folder / "entry.json").write_text(json.dumps({"label": label, "names": outputs.names}), encoding="utf-8")
         return outputs, label
 
+    def value(self, key: str, compute: Callable[[], list[str]]) -> list[str]:
+        """A list of names under `key`, computed (and kept) when not cached yet."""
+        entry = self.root / key / "entry.json"
+        if entry.is_file():
+            try:
+                found = json.loads(entry.read_text(encoding="utf-8"))["value"]
+                if isinstance(found, list) and all(isinstance(item, str) for item in found):
+                    return found
+            except (OSError, KeyError, ValueError, TypeError) as error:
+                log.debug("cache entry %s unreadable (%s): computing again", entry, error)
+        computed = compute()
+        with self._writing(key) as folder:
+            (folder / "entry.json").write_text(json.dumps({"value": computed}), encoding="utf-8")
+        return computed
+
     def files(self, key: str) -> Path | None:
         """The folder of a cached build under `key`, when there is one."""
         entry = self.root / key

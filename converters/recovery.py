@@ -270,8 +270,16 @@ def plain_int8_layers(ctx: BuildContext) -> set[str]:
     """The keys of the layers a plain NNCF quantization with `ctx`'s settings runs in int8.
 
     What "kept in fp32" is measured from. Where NNCF puts its quantizers does not depend on the data, so
-    one sample and no bias correction do.
+    one sample and no bias correction do; for the same reason the cache keeps the answer under the model
+    and the settings alone.
     """
+    if ctx.cache is None:
+        return _plain_int8_layers(ctx)
+    key = ctx.cache.key("openvino/int8 plain layers", ctx.settings, "any")
+    return set(ctx.cache.store.value(key, lambda: sorted(_plain_int8_layers(ctx))))
+
+
+def _plain_int8_layers(ctx: BuildContext) -> set[str]:
     import nncf
 
     assert ctx.calibration is not None
