@@ -92,8 +92,15 @@ def quantize_int8(
             step("openvino/int8: the same quantization from the cache")
             budget.start_control()
             budget.stopped_control = found == stopped_key
+            if not cached[0]:  # the time ran out before a model was made: the reason is the note
+                raise VariantSkippedError(cached[1][0])
             return BuiltVariant(ModelFormat.OPENVINO, Precision.INT8, *cached)
-    built = _quantize(ctx, control, budget)
+    try:
+        built = _quantize(ctx, control, budget)
+    except VariantSkippedError as abandoned:
+        if budget.stopped_control:
+            ctx.cache.store.keep_files(stopped_key, ctx.out_dir, [], [abandoned.reason])
+        raise
     ctx.cache.store.keep_files(stopped_key if budget.stopped_control else key, ctx.out_dir, built.files, built.notes)
     return built
 

@@ -119,7 +119,8 @@ def test_accuracy_control_stopped_by_the_clock_returns_the_model_as_it_stood(mod
 
 
 def test_time_running_out_while_nncf_ranks_abandons_accuracy_control(models: Path, tmp_path: Path) -> None:
-    ctx, control = _context(models, tmp_path, QuantizationSettings())
+    ctx, control = _context(models, tmp_path, QuantizationSettings(recovery_seconds=10.0))
+    ctx = replace(ctx, cache=BuildCache(ConversionCache(tmp_path / "cache"), source_digest(models / "outlier.onnx")))
     clock = SteppedClock()
     budget = RecoveryBudget(10.0, 20, clock=clock)
     real = control.validate
@@ -133,8 +134,13 @@ def test_time_running_out_while_nncf_ranks_abandons_accuracy_control(models: Pat
     with pytest.raises(VariantSkippedError, match="before accuracy control reverted any layer"):
         quantize_int8(ctx, AccuracyControl(control.items, slow, 1.0, "agreement", "note"), budget)
     assert budget.stopped_control and budget.control_reverts == 0
+    # The same conversion with the same budget: abandoned again at once, from the cache, though 10 s of this
+    # machine's own time would now be enough for the whole of accuracy control on so small a model.
+    with pytest.raises(VariantSkippedError, match="before accuracy control reverted any layer"):
+        quantize_int8(replace(ctx, out_dir=tmp_path / "again"), control, RecoveryBudget(10.0, 20))
     unbounded = RecoveryBudget(3600.0, 20)
-    quantize_int8(replace(ctx, out_dir=tmp_path / "unbounded"), control, unbounded)
+    larger = replace(ctx, out_dir=tmp_path / "unbounded", settings=QuantizationSettings(recovery_seconds=3600.0))
+    quantize_int8(larger, control, unbounded)
     assert not unbounded.stopped_control and unbounded.control_reverts >= 1
 
 
