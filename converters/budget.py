@@ -157,7 +157,7 @@ def control_outcome(budget: RecoveryBudget) -> str:
 
 def budget_summary(budget: RecoveryBudget, attempts: list[Attempt]) -> str:
     """How far recovery got within its budget, and what a larger one would try next: a line of the report."""
-    line = f"Recovery took {budget.elapsed():.0f} s of its budget ({budget.describe()})."
+    line = f"Recovery took {budget.elapsed():.0f} s (budget: {budget.describe()})."
     if any(a.status == "ok" for a in attempts):
         return line
     untried = [a.name for a in attempts if a.status == "skipped" and "budget" in a.message]

@@ -39,9 +39,10 @@ from converters.metrics import Accuracy, RunOutputs, accuracy, agreement, drop_o
 from converters.progress import (
     Schedule,
     Warnings,
-    current_schedule,
     end_schedule,
     log,
+    plan_stages,
+    skip_stage,
     stage,
     start_schedule,
     step,
@@ -151,7 +152,8 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
         variant_ids = quick_variants(variant_ids) or variant_ids
     prepare_out_dir(options.out_dir, options.overwrite, inputs.source.path)
     eval_set = evaluation_set(inputs, warnings)
-    _plan(variant_ids, inputs, eval_set)
+    budget = options.settings.recovery_seconds if options.recover else 0.0
+    plan_stages(variant_ids, len(inputs.calibration) if inputs.calibration else 0, len(eval_set), budget)
     stage("reference")
     labels = eval_set.labels if inputs.task is Task.CLASSIFICATION else None
     cache = ConversionCache(options.cache_dir) if options.cache_dir is not None else None
@@ -173,6 +175,8 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
     for variant_id in variant_ids:
         stage(f"{variant_id}: build")
         results.append(build_variant(ctx, variant_id))
+        if results[-1].status != "ok":
+            skip_stage(f"{variant_id}: evaluate")
     report = ConversionReport(
         name=str(inputs.manifest_fields["name"]),
         source=inputs.source_label,
@@ -208,15 +212,6 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
     report.package_written = _write_manifest(options.out_dir, results, inputs.manifest_fields, report)
     write_report(report, options.out_dir)
     return report
-
-
-def _plan(variant_ids: Sequence[str], inputs: Inputs, eval_set: SampleSet) -> None:
-    """The stages ahead, and the sizes their times are first estimated from (`converters.progress`)."""
-    schedule = current_schedule()
-    if schedule is not None:
-        schedule.calibration_samples = len(inputs.calibration) if inputs.calibration else 0
-        schedule.evaluation_samples = len(eval_set)
-        schedule.plan(variant_ids)
 
 
 def evaluation_set(inputs: Inputs, warnings: Warnings) -> SampleSet:

@@ -33,9 +33,12 @@ __all__ = [
     "end_schedule",
     "library_output_folded",
     "log",
+    "plan_stages",
+    "skip_stage",
     "stage",
     "start_schedule",
     "step",
+    "timing",
 ]
 
 log = logging.getLogger("converters")
@@ -61,6 +64,7 @@ class Warnings:
 
 
 RECOVERY_KINDS = ("attempt", "control")  # a quantization tried again; one with accuracy control
+RECOVERED = "openvino/int8"  # the variant recovery quantizes again when it is flagged
 
 
 @dataclass
@@ -83,6 +87,7 @@ class Schedule:
     current: _Stage | None = None
     current_started: float = 0.0
     recovery_deadline: float | None = None  # on `clock`: recovery's stages together end by then
+    recovery_budget: float = 0.0  # what recovery may add, while it is not known whether int8 needs it
 
     def __post_init__(self) -> None:
         self.started = self.clock()
@@ -108,6 +113,19 @@ class Schedule:
         self.begin_nothing()
         self.stages = [s for s in self.stages if s.kind not in RECOVERY_KINDS or s.seconds is not None]
         self.recovery_deadline = None
+
+    def skip(self, name: str) -> None:
+        """A planned stage that will not run (the evaluation of a variant that was not built)."""
+        self.stages = [s for s in self.stages if s.name != name or s.seconds is not None or s is self.current]
+
+    def possible_recovery(self) -> float | None:
+        """The most recovery may add while it is still open whether openvino/int8 will need it; else None."""
+        if not self.recovery_budget or self.recovery_deadline is not None:
+            return None
+        if any(s.kind in RECOVERY_KINDS for s in self.stages):
+            return None
+        pending = any(s.name == f"{RECOVERED}: evaluate" and s.seconds is None for s in self.stages)
+        return self.recovery_budget if pending else None
 
     def begin(self, name: str, kind: str = "other") -> None:
         """Stage `name` starts now, and the one before it is done; a stage not planned is added here."""
@@ -184,6 +202,22 @@ def current_schedule() -> Schedule | None:
     return _schedule
 
 
+def plan_stages(
+    variant_ids: Sequence[str], calibration_samples: int, evaluation_samples: int, recovery_budget: float
+) -> None:
+    """The conversion's stages ahead, the sizes their times are first estimated from, and recovery's budget
+    (0 when recovery is off)."""
+    if _schedule is not None:
+        _schedule.calibration_samples, _schedule.evaluation_samples = calibration_samples, evaluation_samples
+        _schedule.recovery_budget = recovery_budget if RECOVERED in variant_ids else 0.0
+        _schedule.plan(variant_ids)
+
+
+def skip_stage(name: str) -> None:
+    if _schedule is not None:
+        _schedule.skip(name)
+
+
 def stage(name: str, kind: str = "other") -> None:
     """Stage `name` of the conversion starts: the display shows it and the ETA counts it as under way."""
     if _schedule is not None:
@@ -222,11 +256,13 @@ def _clock(seconds: float) -> str:
 
 
 def timing(current: Schedule | None) -> str:
-    """`[1:23, ETA 2:10]`: time spent and left; `ETA ?` until the reference run has set the pace."""
+    """`[1:23, ETA 2:10]`: time spent and left; `ETA ?` until the reference run has set the pace; while it is open
+    whether openvino/int8 needs recovery, `+ up to 2:00 if int8 needs recovery`."""
     if current is None:
         return ""
-    left = current.eta()
-    return f"[{_clock(current.elapsed())}, ETA {'?' if left is None else _clock(left)}] "
+    left, possible = current.eta(), current.possible_recovery()
+    more = f" + up to {_clock(possible)} if int8 needs recovery" if possible and left is not None else ""
+    return f"[{_clock(current.elapsed())}, ETA {'?' if left is None else _clock(left)}{more}] "
 
 
 class ProgressHandler(logging.Handler):

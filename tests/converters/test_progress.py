@@ -9,7 +9,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from converters.progress import ProgressHandler, Schedule, end_schedule, library_output_folded, start_schedule, step
+from converters.progress import (
+    ProgressHandler,
+    Schedule,
+    end_schedule,
+    library_output_folded,
+    start_schedule,
+    step,
+    timing,
+)
 
 
 class SteppedClock:
@@ -145,3 +153,33 @@ def test_what_libraries_print_goes_to_the_debug_log(
         "edge-convert: Statistics collection 100% 300/300",
         "edge-convert: INFO:nncf:Accuracy drop: 2.7",
     ]
+
+
+def test_until_int8_is_measured_the_eta_says_what_recovery_may_add() -> None:
+    clock = SteppedClock()
+    planned = Schedule(calibration_samples=300, evaluation_samples=100, bench_seconds=2.0, clock=clock)
+    planned.plan(["openvino/fp32", "openvino/int8"])
+    planned.recovery_budget = 120.0
+    planned.begin("reference")
+    clock.now += 10.0
+    planned.begin("openvino/fp32: build")
+    planned.skip("openvino/fp32: evaluate")  # not built: never evaluated, so not waited for
+    assert "openvino/fp32: evaluate" not in [s.name for s in planned.stages]
+    assert planned.eta() == pytest.approx(2 + 61 + 15)
+    assert planned.possible_recovery() == 120.0
+    start_schedule(planned)
+    try:
+        assert timing(planned) == "[0:10, ETA 1:18 + up to 2:00 if int8 needs recovery] "
+    finally:
+        end_schedule()
+    planned.begin("openvino/int8: evaluate")
+    planned.plan_recovery([("attempt 2: mixed preset", False)], 120.0)
+    assert planned.possible_recovery() is None  # now part of the ETA itself
+    planned.end_recovery()
+    assert planned.possible_recovery() is None
+    other = Schedule(clock=clock)
+    other.plan(["openvino/int8"])
+    other.recovery_budget = 120.0
+    other.begin("openvino/int8: evaluate")
+    other.begin("report")  # measured and not flagged: no recovery after all
+    assert other.possible_recovery() is None
