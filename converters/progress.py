@@ -157,6 +157,8 @@ class Schedule:
         recovery = sum(left[id(s)] for s in pending if s.kind in RECOVERY_KINDS)
         if self.recovery_deadline is not None:
             recovery = min(recovery, max(self.recovery_deadline - now, 0.0))
+        if any(s.kind == "control" for s in pending):  # its model is measured after the budget, as every attempt
+            recovery += self._estimate(_Stage("", "evaluate"), per_sample)
         return recovery + sum(left[id(s)] for s in pending if s.kind not in RECOVERY_KINDS)
 
     def _per_sample(self) -> float | None:
