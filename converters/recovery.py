@@ -139,6 +139,8 @@ def recover_int8(
         attempt_ctx = replace(ctx, out_dir=root, settings=planned.settings, calibration=calibration)
         step(f"{VARIANT}: attempt {number} of {len(steps) + 1}: {planned.name} ({budget.left():.0f} s of budget left)")
         attempt_result = try_variant(attempt_ctx, VARIANT, partial(quantize_int8, control=accuracy, budget=budget))
+        if schedule is not None:
+            schedule.begin_nothing()  # measured: the ETA stops counting this attempt
         settings = _settings(planned.settings, len(calibration), accuracy)
         tried.append(_Tried(Attempt(planned.name, settings, ""), attempt_result, root))
         _measured(tried[-1], plain)
