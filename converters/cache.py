@@ -91,24 +91,29 @@ class ConversionCache:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         return self.root
 
-    def reference(self, key: str, compute: Callable[[], tuple[RunOutputs, str]]) -> tuple[RunOutputs, str]:
-        """The reference's outputs and label under `key`, computed (and kept) when not cached yet."""
+    def reference(
+        self, key: str, compute: Callable[[], tuple[RunOutputs, str, list[str]]]
+    ) -> tuple[RunOutputs, str, list[str]]:
+        """The reference's outputs, label and the warnings running it gave, under `key`; computed (and kept) when
+        not cached yet."""
         entry = self.root / key
         if (entry / "outputs.npz").is_file():
             try:
                 described = json.loads((entry / "entry.json").read_text(encoding="utf-8"))
                 label, names = str(described["label"]), [str(name) for name in described["names"]]
+                warnings = [str(warning) for warning in described["warnings"]]
                 with np.load(entry / "outputs.npz", allow_pickle=False) as data:
                     arrays = [data[f"arr_{i}"] for i in range(len(names))]
                 log.info("reference outputs from the cache (%s)", entry)
-                return RunOutputs(names, arrays), label
+                return RunOutputs(names, arrays), label, warnings
             except (OSError, KeyError, ValueError, TypeError) as error:
                 log.debug("cache entry %s unreadable (%s): computing again", entry, error)
-        outputs, label = compute()
+        outputs, label, warnings = compute()
         with self._writing(key) as folder:
             np.savez(folder / "outputs.npz", *outputs.arrays)  # arr_0, arr_1, ... in output order
-            (folder / "entry.json").write_text(json.dumps({"label": label, "names": outputs.names}), encoding="utf-8")
-        return outputs, label
+            described = {"label": label, "names": outputs.names, "warnings": warnings}
+            (folder / "entry.json").write_text(json.dumps(described), encoding="utf-8")
+        return outputs, label, warnings
 
     def value(self, key: str, compute: Callable[[], list[str]]) -> list[str]:
         """A list of names under `key`, computed (and kept) when not cached yet."""

@@ -236,11 +236,23 @@ def score_boxes(
 def cached_reference(
     cache: ConversionCache | None, source: SourceModel, eval_set: SampleSet, warnings: Warnings
 ) -> tuple[RunOutputs, str]:
-    """The reference's outputs on the evaluation set: run once per model and data, then from the cache."""
+    """The reference's outputs on the evaluation set: run once per model and data, then from the cache, with the
+    warnings running it gave (which runtime stood in for a missing one), which the report must carry each time."""
     if cache is None:
         return run_reference(source, eval_set, warnings)
+
+    def run() -> tuple[RunOutputs, str, list[str]]:
+        before = len(warnings.items)
+        outputs, label = run_reference(source, eval_set, warnings)
+        return outputs, label, warnings.items[before:]
+
     key = cache.key("reference", source=source_digest(source.path), data=samples_digest(eval_set.samples))
-    return cache.reference(key, partial(run_reference, source, eval_set, warnings))
+    before = len(warnings.items)
+    outputs, label, given = cache.reference(key, run)
+    if len(warnings.items) == before:  # from the cache: the warnings were not given this time
+        for warning in given:
+            warnings.add(warning)
+    return outputs, label
 
 
 def run_reference(source: SourceModel, eval_set: SampleSet, warnings: Warnings) -> tuple[RunOutputs, str]:

@@ -15,6 +15,7 @@ from recovery_models import write_models
 
 from converters.cache import BuildCache, ConversionCache, default_cache_dir, samples_digest
 from converters.cli import build_parser, options_from
+from converters.metrics import RunOutputs
 from converters.pipeline import ConvertOptions, convert
 from converters.report import ConversionReport
 from edge_runtime.package.loader import open_package, sha256_of
@@ -121,3 +122,24 @@ def test_the_cache_folder_follows_xdg_and_the_flags(monkeypatch: pytest.MonkeyPa
     assert options_from(parse(["m.onnx", "-o", "out", "--no-cache"])).cache_dir is None
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert default_cache_dir() == Path("~").expanduser() / ".cache" / "edge-convert"
+
+
+def test_the_reference_comes_back_with_the_warnings_running_it_gave(tmp_path: Path) -> None:
+    store = ConversionCache(tmp_path / "cache")
+    outputs = RunOutputs(["landmarks", "score"], [np.arange(12.0).reshape(3, 4), np.array([[0.5], [0.25], [1.0]])])
+    runs: list[int] = []
+
+    def run() -> tuple[RunOutputs, str, list[str]]:
+        runs.append(1)
+        return outputs, "model.tflite on openvino:CPU at fp32", ["litert is missing: OpenVINO ran the reference"]
+
+    first = store.reference("reference-a", run)
+    again = store.reference("reference-a", run)
+    assert runs == [1]
+    assert (
+        again[1:]
+        == first[1:]
+        == ("model.tflite on openvino:CPU at fp32", ["litert is missing: OpenVINO ran the reference"])
+    )
+    assert again[0].names == ["landmarks", "score"]
+    assert all(np.array_equal(a, b) for a, b in zip(again[0].arrays, outputs.arrays, strict=True))
