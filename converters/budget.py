@@ -3,7 +3,8 @@
 NNCF's accuracy control reverts one group of operations to float at a time and ranks the remaining
 groups again as it goes; on a model of a few hundred layers that runs for many minutes with no bound
 but the number of layers. NNCF takes an iteration cap (`max_num_iterations`) but no time limit, and
-when it gives up it hands back no model of its own choosing. So the converter bounds it twice:
+where it stops short of `max_drop` it returns the model as its last revert left it, not the best it
+measured. So the converter bounds it twice, and judges what comes back itself:
 
 - the cap goes to NNCF as it is;
 - the time limit goes in through the validation function NNCF calls after every revert. Once the budget
@@ -125,11 +126,14 @@ def counting_reverts(budget: RecoveryBudget) -> Iterator[None]:
     budget.start_control()
     handler = _RevertCounter(budget)
     logger = logging.getLogger("nncf")
+    level = logger.level
+    logger.setLevel(min(level or logging.INFO, logging.INFO))  # NNCF's own handler keeps its level
     logger.addHandler(handler)
     try:
         yield
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 class _RevertCounter(logging.Handler):
