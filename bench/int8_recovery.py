@@ -53,6 +53,7 @@ WHEEL = "mediapipe==0.10.14"
 MODELS = {  # wheel member, input size
     "face_landmark": ("mediapipe/modules/face_landmark/face_landmark.tflite", 192),
     "hand_landmark_full": ("mediapipe/modules/hand_landmark/hand_landmark_full.tflite", 224),
+    "hand_landmark_lite": ("mediapipe/modules/hand_landmark/hand_landmark_lite.tflite", 224),
     "pose_landmark_full": ("mediapipe/modules/pose_landmark/pose_landmark_full.tflite", 256),
 }
 VARIANTS = ("openvino/fp32", "openvino/int8")

@@ -13,10 +13,13 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from converters.budget import DEFAULT_RECOVERY_ITERATIONS, DEFAULT_RECOVERY_SECONDS
+from converters.cache import default_cache_dir
 from converters.context import QuantizationSettings
 from converters.describe import InputFlags
 from converters.errors import ConversionError
 from converters.pipeline import ConvertOptions, convert
+from converters.progress import ProgressHandler, library_output_folded
 from converters.prune_arguments import channel_prune_options, channel_pruning_arguments, share
 from converters.pruning import SCOPES, PruneOptions
 from converters.report import ConversionReport, verdict
@@ -27,6 +30,7 @@ from edge_runtime.package.manifest import DEFAULT_DROP_THRESHOLD
 
 EXIT_NO_VARIANT = 1
 EXIT_BAD_INPUT = 2
+QUICK_BENCH_SECONDS = 0.5
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,6 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--seed", type=int, default=0, metavar="N", help="seed for sample selection and benchmark inputs"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="where reference outputs and int8 quantizations are kept for the next conversion of the same model "
+        "and data (default: $XDG_CACHE_HOME/edge-convert, else ~/.cache/edge-convert)",
+    )
+    parser.add_argument("--no-cache", action="store_true", help="compute everything again and keep nothing")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a first look: of the variants, only each format's fp32 and int8, no int8 recovery, and at most "
+        f"{QUICK_BENCH_SECONDS:g} s per speed figure",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only warnings and the result")
     _signing_arguments(parser.add_argument_group("signing (boxes that trust the key load only signed packages)"))
@@ -204,6 +222,21 @@ def _data_arguments(group: argparse._ArgumentGroup) -> None:
         "accuracy control in turn and keeping the first within --drop-threshold",
     )
     group.add_argument(
+        "--recovery-budget",
+        type=_seconds,
+        default=f"{DEFAULT_RECOVERY_SECONDS / 60:g}m",
+        metavar="DURATION",
+        help="time int8 recovery (and accuracy control) may take, e.g. 5m or 90s; when it runs out the best attempt "
+        "measured so far is kept, and the report says what a larger budget would try next",
+    )
+    group.add_argument(
+        "--recovery-iterations",
+        type=int,
+        default=DEFAULT_RECOVERY_ITERATIONS,
+        metavar="N",
+        help="groups of layers accuracy control may revert to float",
+    )
+    group.add_argument(
         "--full-range-weights",
         action="store_true",
         help="8-bit int8 weights in every OpenVINO and ONNX layer instead of 7-bit: a little more precise where the "
@@ -229,6 +262,12 @@ def _pruning_arguments(group: argparse._ArgumentGroup) -> None:
     )
 
 
+def _seconds(value: str) -> float:
+    from edge_runtime.commands.duration import parse_duration
+
+    return parse_duration(value).total_seconds()
+
+
 def _comma_list(value: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in value.split(",") if item.strip())
 
@@ -250,6 +289,8 @@ def _floats(value: str) -> tuple[float, ...]:
 def options_from(args: argparse.Namespace) -> ConvertOptions:
     if args.subset_size < 1:
         raise ConversionError("--subset-size must be at least 1")
+    if args.recovery_iterations < 1:
+        raise ConversionError("--recovery-iterations must be at least 1 (--no-recovery turns recovery off)")
     if not 0 < args.max_drop < 1:
         raise ConversionError("--max-drop is a fraction of top-1 accuracy, between 0 and 1 (e.g. 0.01)")
     flags = InputFlags(args.layout, args.mean, args.std, args.color_order, args.resize, args.pad_value)
@@ -262,6 +303,8 @@ def options_from(args: argparse.Namespace) -> ConvertOptions:
         tflite_io=args.tflite_io,
         full_range_weights=args.full_range_weights,
         seed=args.seed,
+        recovery_seconds=args.recovery_budget,
+        recovery_iterations=args.recovery_iterations,
     )
     prune = None
     if args.prune is not None and args.prune_channels is not None:
@@ -286,14 +329,16 @@ def options_from(args: argparse.Namespace) -> ConvertOptions:
         settings=settings,
         variants=args.variants,
         drop_threshold=args.drop_threshold,
-        bench_seconds=args.bench_seconds,
+        bench_seconds=min(args.bench_seconds, QUICK_BENCH_SECONDS) if args.quick else args.bench_seconds,
         decoder=args.decoder,
         decoder_params=args.decoder_params,
         overwrite=args.overwrite,
         prune=prune,
         prune_channels=channel_prune_options(args),
         input_shape=args.input_shape,
-        recover=args.recover,
+        recover=args.recover and not args.quick,
+        quick=args.quick,
+        cache_dir=None if args.no_cache else args.cache_dir or default_cache_dir(),
     )
 
 
@@ -304,30 +349,39 @@ def summary(report: ConversionReport, out_dir: Path) -> str:
     return "\n".join([*lines, where])
 
 
-def _log_to_stderr(level: int) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("edge-convert: %(message)s"))
+def _log_to_stderr(level: int) -> ProgressHandler:
+    """Progress with elapsed time and ETA: a status line on a terminal, plain lines otherwise."""
+    handler = ProgressHandler(sys.stderr)
+    handler.setLevel(level)
     logger = logging.getLogger("converters")
     logger.handlers = [handler]
     logger.setLevel(level)
     logger.propagate = False
+    return handler
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
+    handler = _log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
     try:
         _check_signing(args)
-        report = convert(options_from(args))
+        with library_output_folded():
+            report = convert(options_from(args))
+        handler.close()
         print(summary(report, args.out_dir))
         if report.package_written and args.sign is not None:
             print(sign(args))
     except EdgeRuntimeError as error:
+        handler.close()
         print(f"edge-convert: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
+        handler.close()
         print("edge-convert: interrupted", file=sys.stderr)
         return 130
+    finally:
+        handler.close()
+        logging.getLogger("converters").removeHandler(handler)
     return 0 if report.package_written else EXIT_NO_VARIANT
 
 

@@ -10,12 +10,17 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from converters.budget import DEFAULT_RECOVERY_ITERATIONS, DEFAULT_RECOVERY_SECONDS
 from converters.calibration import Sample, SampleSet
 from converters.sources import SourceModel
 from edge_runtime.package.manifest import ModelFormat, Precision, Task
+
+if TYPE_CHECKING:
+    from converters.cache import BuildCache
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,8 @@ class QuantizationSettings:
     tflite_io: str = "int8"  # input/output type of full-integer TFLite variants: int8 or uint8
     full_range_weights: bool = False
     seed: int = 0
+    recovery_seconds: float = DEFAULT_RECOVERY_SECONDS  # time int8 recovery and accuracy control may take
+    recovery_iterations: int = DEFAULT_RECOVERY_ITERATIONS  # groups accuracy control may revert to float
 
     def weight_range_note(self) -> str:
         """What the report says about the int8 weight range of OpenVINO and ONNX variants."""
@@ -65,6 +72,7 @@ class BuildContext:
     validation: SampleSet | None
     task: Task
     settings: QuantizationSettings
+    cache: BuildCache | None = None  # quantizations of earlier conversions of the same model and data
 
     def variant_dir(self, variant_id: str) -> Path:
         """`openvino/int8` lives in OUT/openvino/int8/, like the packages the runtime ships."""

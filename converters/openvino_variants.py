@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from converters.budget import BudgetedValidation, RecoveryBudget, counting_reverts
+from converters.cache import BuildCache, samples_digest
 from converters.calibration import Sample, SampleSet
 from converters.context import BuildContext, BuiltVariant, QuantizationSettings, model_input, top1_hits
 from converters.errors import VariantSkippedError
@@ -66,16 +68,60 @@ def build_int8(ctx: BuildContext) -> BuiltVariant:
     return quantize_int8(ctx, control)
 
 
-def quantize_int8(ctx: BuildContext, control: AccuracyControl | None) -> BuiltVariant:
+def quantize_int8(
+    ctx: BuildContext, control: AccuracyControl | None, budget: RecoveryBudget | None = None
+) -> BuiltVariant:
     """NNCF quantization with `ctx`'s settings and calibration, into `ctx`'s output folder.
 
-    Called by `build_int8`, and by `converters.recovery` with other settings, another folder and its
-    own accuracy control.
+    Called by `build_int8`, and by `converters.recovery` with other settings, another folder, its own
+    accuracy control and the recovery's `budget`; accuracy control without one gets the settings' own.
+    The same quantization of the same model and data comes from `ctx.cache` where it holds one.
     """
-    import nncf
-
     if ctx.calibration is None:
         raise VariantSkippedError("int8 needs calibration data: give --calibration")
+    budget = budget or RecoveryBudget(ctx.settings.recovery_seconds, ctx.settings.recovery_iterations)
+    if ctx.cache is None:
+        return _quantize(ctx, control, budget)
+    # An accuracy control the clock stopped went as far as this machine got in the time: kept apart, under the
+    # budget too, so that only the same conversion with the same budget reuses it.
+    key = _cache_key(ctx.cache, ctx, control, budget.max_iterations)
+    stopped_key = f"{key}-stopped-{ctx.settings.recovery_seconds:g}s"
+    for found in (key, stopped_key) if control is not None else (key,):
+        cached = ctx.cache.restore(found, ctx.out_dir)
+        if cached is not None:
+            step("openvino/int8: the same quantization from the cache")
+            budget.start_control()
+            budget.stopped_control = found == stopped_key
+            if not cached[0]:  # the time ran out before a model was made: the reason is the note
+                raise VariantSkippedError(cached[1][0])
+            return BuiltVariant(ModelFormat.OPENVINO, Precision.INT8, *cached)
+    try:
+        built = _quantize(ctx, control, budget)
+    except VariantSkippedError as abandoned:
+        if budget.stopped_control:
+            ctx.cache.store.keep_files(stopped_key, ctx.out_dir, [], [abandoned.reason])
+        raise
+    ctx.cache.store.keep_files(stopped_key if budget.stopped_control else key, ctx.out_dir, built.files, built.notes)
+    return built
+
+
+def _cache_key(cache: BuildCache, ctx: BuildContext, control: AccuracyControl | None, iterations: int) -> str:
+    """What a quantization is a function of: the model, the calibration samples, the settings, and the control's
+    metric, limit, iteration cap and validation items (samples and targets)."""
+    assert ctx.calibration is not None
+    more: dict[str, Any] = {}
+    if control is not None:
+        targets = [repr(target) for _, target in control.items]
+        validation = samples_digest([sample for sample, _ in control.items], targets)
+        more = {"control": control.metric, "max_drop": control.max_drop, "cap": iterations, "validation": validation}
+    return cache.key("openvino/int8", ctx.settings, cache.data(ctx.calibration.samples), **more)
+
+
+def _quantize(ctx: BuildContext, control: AccuracyControl | None, budget: RecoveryBudget) -> BuiltVariant:
+    import nncf
+    from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
+
+    assert ctx.calibration is not None
     settings = ctx.settings
     calibration = nncf.Dataset(ctx.calibration.samples, model_input)
     common = quantization_options(settings, len(ctx.calibration))
@@ -89,18 +135,28 @@ def quantize_int8(ctx: BuildContext, control: AccuracyControl | None) -> BuiltVa
     model = float32_weights(ctx.source.openvino_model())
     if control is not None:
         step(f"openvino/int8: quantizing with accuracy control ({control.metric}, max drop {control.max_drop:g})")
+        validate = BudgetedValidation(control.validate, len(control.items), budget)
         validation = nncf.Dataset(control.items, lambda item: model_input(item[0]))
-        quantized = nncf.quantize_with_accuracy_control(
-            model,
-            calibration,
-            validation,
-            control.validate,
-            max_drop=control.max_drop,
-            drop_type=nncf.DropType.ABSOLUTE,
-            advanced_quantization_parameters=advanced_parameters(settings),
-            **common,
-        )
+        with counting_reverts(budget):
+            quantized = nncf.quantize_with_accuracy_control(
+                model,
+                calibration,
+                validation,
+                validate,
+                max_drop=control.max_drop,
+                drop_type=nncf.DropType.ABSOLUTE,
+                advanced_quantization_parameters=advanced_parameters(settings),
+                advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(
+                    max_num_iterations=budget.max_iterations
+                ),
+                **common,
+            )
         notes.append(control.note)
+        if budget.stopped_control:
+            notes.append(
+                f"accuracy control stopped when its time ran out ({budget.describe()}) at revert "
+                f"{budget.control_reverts}; the model is as it stood then"
+            )
     else:
         step(f"openvino/int8: quantizing with NNCF ({common['subset_size']} calibration samples)")
         quantized = nncf.quantize(model, calibration, advanced_parameters=advanced_parameters(settings), **common)

@@ -9,33 +9,32 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from converters.annotations import check_detection_decoder, detection_task, load_annotated_images
+from converters.cache import BuildCache, ConversionCache, source_digest
 from converters.calibration import SampleSet, load_calibration, load_validation, synthetic_samples
-from converters.context import BuildContext, Builder, QuantizationSettings
+from converters.context import BuildContext, QuantizationSettings
 from converters.describe import InputFlags, build_input_specs, model_tensors
-from converters.detection_metrics import DetectionAccuracy
-from converters.errors import ConversionError, VariantSkippedError
+from converters.errors import ConversionError
 from converters.evaluate import (
-    describe_reference,
-    detection_accuracy,
-    load_reference,
-    load_variant,
-    measure_speed,
-    probe_error,
-    run_outputs,
     this_machine,
-    weight_sparsity,
 )
-from converters.metrics import Accuracy, RunOutputs, accuracy, agreement, drop_of
-from converters.progress import Warnings, log, step
+from converters.metrics import accuracy
+from converters.progress import (
+    Schedule,
+    Warnings,
+    end_schedule,
+    log,
+    plan_stages,
+    skip_stage,
+    stage,
+    start_schedule,
+    step,
+)
 from converters.prune_channels import (
     ChannelPruneOptions,
     check_channel_prunable,
@@ -51,24 +50,29 @@ from converters.report import REPORT_FILES, ConversionReport, VariantResult, wri
 from converters.requirements import check_requirements, needed
 from converters.sources import SourceModel, first_line
 from converters.ultralytics_exports import model_hints
-from converters.variants import BUILDERS, check_variant_ids, default_variants
-from edge_runtime.errors import BackendUnavailableError
-from edge_runtime.package.loader import ModelPackage, open_package
+from converters.variant_evaluation import (
+    Reference,
+    build_variant,
+    cached_reference,
+    evaluate_variant,
+    load_built,
+    manifest_variants,
+    package_in_memory,
+    score_boxes,
+    try_variant,
+)
+from converters.variants import BUILDERS, check_variant_ids, default_variants, quick_variants
+from edge_runtime.package.loader import open_package
 from edge_runtime.package.maker import parse_decoder, parse_labels, parse_task
 from edge_runtime.package.manifest import (
     DEFAULT_DROP_THRESHOLD,
     MANIFEST_NAME,
-    SCHEMA_VERSION,
-    DecoderSpec,
     InputSpec,
-    Manifest,
     ModelFormat,
     Precision,
     Task,
-    Variant,
 )
-from edge_runtime.package.writer import describe_variant, write_package
-from edge_runtime.placement.model import LoadedModel
+from edge_runtime.package.writer import write_package
 
 SYNTHETIC_SAMPLES = 16
 
@@ -96,16 +100,8 @@ class ConvertOptions:
     prune_channels: ChannelPruneOptions | None = None  # structured pruning of PyTorch and ONNX sources
     input_shape: tuple[int, ...] | None = None  # for PyTorch `module:factory` sources
     recover: bool = True  # quantize a flagged openvino/int8 again in better ways (converters.recovery)
-
-
-@dataclass(frozen=True)
-class Reference:
-    """The fp32 reference's figures on the evaluation set, which every variant is held to."""
-
-    outputs: RunOutputs
-    labels: np.ndarray | None  # class index per sample, for classifiers with a labelled validation set
-    accuracy: Accuracy | None = None
-    detection: DetectionAccuracy | None = None
+    quick: bool = False  # a first look: only each format's fp32 and int8 (the CLI also turns recovery off)
+    cache_dir: Path | None = None  # keep reference outputs and int8 quantizations for the next conversion
 
 
 @dataclass(frozen=True)
@@ -124,8 +120,12 @@ class Inputs:
 
 def convert(options: ConvertOptions) -> ConversionReport:
     """Convert, measure and package; returns the report (also written to the output folder)."""
-    with tempfile.TemporaryDirectory(prefix="edge-convert-") as scratch:
-        return _convert(options, Path(scratch))
+    start_schedule(Schedule(bench_seconds=options.bench_seconds))
+    try:
+        with tempfile.TemporaryDirectory(prefix="edge-convert-") as scratch:
+            return _convert(options, Path(scratch))
+    finally:
+        end_schedule()
 
 
 def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
@@ -138,6 +138,7 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
     if options.prune_channels is not None:
         check_channel_prune_options(options.prune_channels)
     check_requirements(needed(options.model, options.variants))
+    stage("load")
     inputs = read_inputs(options, warnings, scratch)
     if options.prune is not None:
         check_prunable(inputs.source)
@@ -145,10 +146,16 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
         check_channel_prunable(options.model, inputs.source)
         check_has_data(inputs.calibration, inputs.validation, options.prune_channels)
     variant_ids = check_variant_ids(options.variants or default_variants(inputs.source.kind))
+    if options.quick:
+        variant_ids = quick_variants(variant_ids) or variant_ids
     prepare_out_dir(options.out_dir, options.overwrite, inputs.source.path)
     eval_set = evaluation_set(inputs, warnings)
+    budget = options.settings.recovery_seconds if options.recover else 0.0
+    plan_stages(variant_ids, len(inputs.calibration) if inputs.calibration else 0, len(eval_set), budget)
+    stage("reference")
     labels = eval_set.labels if inputs.task is Task.CLASSIFICATION else None
-    reference_outputs, reference_label = run_reference(inputs.source, eval_set, warnings)
+    cache = ConversionCache(options.cache_dir) if options.cache_dir is not None else None
+    reference_outputs, reference_label = cached_reference(cache, inputs.source, eval_set, warnings)
     reference = Reference(
         reference_outputs,
         labels,
@@ -159,6 +166,7 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
     if options.prune is not None:
         built_from, pruning = prune_source(inputs.source, options.prune, scratch)
     if options.prune_channels is not None:
+        stage("prune channels")
         built_from, channel_pruning = prune_channels_source(
             options.model,
             inputs.source,
@@ -169,10 +177,16 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
             inputs.task is Task.CLASSIFICATION,
             scratch,
         )
+    builds = BuildCache(cache, source_digest(built_from.path)) if cache is not None else None
     ctx = BuildContext(
-        built_from, options.out_dir, inputs.calibration, inputs.validation, inputs.task, options.settings
+        built_from, options.out_dir, inputs.calibration, inputs.validation, inputs.task, options.settings, builds
     )
-    results = [build_variant(ctx, variant_id) for variant_id in variant_ids]
+    results = []
+    for variant_id in variant_ids:
+        stage(f"{variant_id}: build")
+        results.append(build_variant(ctx, variant_id))
+        if results[-1].status != "ok":
+            skip_stage(f"{variant_id}: evaluate")
     report = ConversionReport(
         name=str(inputs.manifest_fields["name"]),
         source=inputs.source_label,
@@ -190,9 +204,10 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
         pruning=pruning,
         channel_pruning=channel_pruning,
     )
-    package = _package_in_memory(options.out_dir, results, inputs.manifest_fields)
+    package = package_in_memory(options.out_dir, results, inputs.manifest_fields)
     for result in results:
         if result.status == "ok" and package is not None:
+            stage(f"{result.variant_id}: evaluate")
             evaluate_variant(package, result, reference, eval_set, options)
             if options.recover and needs_recovery(result):
                 fields = inputs.manifest_fields
@@ -205,11 +220,13 @@ def _convert(options: ConvertOptions, scratch: Path) -> ConversionReport:
                     log.debug("recovering %s failed", result.variant_id, exc_info=True)
                     warnings.add(f"{result.variant_id}: recovery stopped: {type(error).__name__}: {first_line(error)}")
     if channel_pruning is not None:
+        stage("unpruned baselines")
         attempt = partial(
             try_variant, fields=inputs.manifest_fields, reference=reference, eval_set=eval_set, options=options
         )
-        load = partial(_load_built, fields=inputs.manifest_fields)
+        load = partial(load_built, fields=inputs.manifest_fields)
         compare_unpruned(ctx, inputs.source, report, attempt, load, scratch / "unpruned", options.settings.seed)
+    stage("report")
     report.package_written = _write_manifest(options.out_dir, results, inputs.manifest_fields, report)
     write_report(report, options.out_dir)
     return report
@@ -223,30 +240,6 @@ def evaluation_set(inputs: Inputs, warnings: Warnings) -> SampleSet:
         return inputs.calibration
     warnings.add("no calibration or validation data: agreement was measured on synthetic inputs")
     return synthetic_samples(inputs.specs, SYNTHETIC_SAMPLES, inputs.settings_seed)
-
-
-def score_boxes(
-    outputs: RunOutputs, eval_set: SampleSet, decoder: DecoderSpec | None, labels: Sequence[str]
-) -> DetectionAccuracy | None:
-    """mAP@0.5 where the evaluation set has annotated boxes; the manifest's decoder turns outputs into boxes."""
-    if eval_set.boxes is None or decoder is None:
-        return None
-    return detection_accuracy(outputs, eval_set, decoder, labels)
-
-
-def run_reference(source: SourceModel, eval_set: SampleSet, warnings: Warnings) -> tuple[RunOutputs, str]:
-    """The source model's outputs on the evaluation set, on its own runtime: what every variant is held to."""
-    if source.kind.is_tensorflow:
-        from converters.tensorflow_models import run_tensorflow
-
-        step(f"reference {source.path.name} on TensorFlow: running {len(eval_set)} samples")
-        return run_tensorflow(source, eval_set.samples)
-    reference = load_reference(source, warnings)
-    try:
-        step(f"reference {describe_reference(source, reference)}: running {len(eval_set)} samples")
-        return run_outputs(reference, eval_set.samples), describe_reference(source, reference)
-    finally:
-        reference.close()
 
 
 def read_inputs(options: ConvertOptions, warnings: Warnings, scratch: Path) -> Inputs:
@@ -326,126 +319,10 @@ def prepare_out_dir(out_dir: Path, overwrite: bool, source: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
-def build_variant(ctx: BuildContext, variant_id: str, builder: Builder | None = None) -> VariantResult:
-    """`variant_id` built by its registered builder, or by `builder` (the recovery's other quantizations)."""
-    result = VariantResult(variant_id)
-    try:
-        result.built = (builder or BUILDERS[variant_id])(ctx)
-    except VariantSkippedError as skipped:
-        result.fail("skipped", skipped.reason)
-        step(f"{variant_id}: skipped: {skipped.reason}")
-    except Exception as error:
-        log.debug("building %s failed", variant_id, exc_info=True)
-        result.fail("failed", f"{type(error).__name__}: {first_line(error)}")
-        step(f"{variant_id}: failed: {result.message}")
-    else:
-        files = [ctx.out_dir / f for f in result.built.files]
-        result.size_bytes = sum(f.stat().st_size for f in files)
-        result.sparsity = weight_sparsity(files[0], result.built.format)
-    return result
-
-
-def _variants(out_dir: Path, results: list[VariantResult], report: ConversionReport | None) -> dict[str, Variant]:
-    """Manifest entries of the built variants; after evaluation (`report`), each measured one carries its accuracy,
-    the threshold it was judged by, and the CPU that measured it."""
-    variants: dict[str, Variant] = {}
-    for result in results:
-        if result.status != "ok" or result.built is None:
-            continue
-        built = result.built
-        extra: dict[str, Any] = {}
-        if report is not None:
-            extra["accuracy"] = {**result.manifest_accuracy(), "drop_threshold": report.drop_threshold}
-            if result.agreement is not None:
-                extra["measured_on"] = report.measured_on
-        variants[result.variant_id] = describe_variant(
-            out_dir,
-            built.files,
-            built.format,
-            built.precision,
-            sparsity=round(result.sparsity or 0.0, 6),
-            target=built.target,
-            **extra,
-        )
-    return variants
-
-
-def _package_in_memory(out_dir: Path, results: list[VariantResult], fields: dict[str, Any]) -> ModelPackage | None:
-    """The package as it will be written, to load the variants through the runtime before the manifest exists."""
-    variants = _variants(out_dir, results, report=None)
-    if not variants:
-        return None
-    manifest = Manifest(schema_version=SCHEMA_VERSION, variants=variants, **fields)
-    return ModelPackage(root=out_dir, manifest=manifest)
-
-
-def _load_built(out_dir: Path, result: VariantResult, fields: dict[str, Any]) -> LoadedModel:
-    """A built variant of the folder `out_dir` loaded through the runtime, as `evaluate_variant` loads it."""
-    package = _package_in_memory(out_dir, [result], fields)
-    if package is None:
-        raise ConversionError(f"{result.variant_id} was not built")
-    return load_variant(package, result.variant_id)
-
-
-def evaluate_variant(
-    package: ModelPackage, result: VariantResult, reference: Reference, eval_set: SampleSet, options: ConvertOptions
-) -> None:
-    """Agreement, accuracy, mAP and speed of one variant; a variant that does not load or run is failed."""
-    try:
-        model = load_variant(package, result.variant_id)
-    except BackendUnavailableError as error:
-        if package.variant(result.variant_id).target is None:
-            result.fail("failed", f"does not load in the runtime: {first_line(error)}")
-        else:  # compiled for hardware this workstation lacks: packaged, but not measured here
-            result.message = f"not measured on this machine: {first_line(error)}"
-        return
-    except Exception as error:
-        result.fail("failed", f"does not load in the runtime: {first_line(error)}")
-        return
-    try:
-        step(f"{result.variant_id}: running {len(eval_set)} samples on {model.label}")
-        outputs = run_outputs(model, eval_set.samples)
-        classification = package.manifest.task is Task.CLASSIFICATION
-        result.agreement = agreement(reference.outputs, outputs, classification=classification)
-        result.accuracy = accuracy(outputs, reference.labels) if reference.labels is not None else None
-        result.detection = score_boxes(outputs, eval_set, package.manifest.decoder, package.manifest.labels)
-        result.drop = drop_of(
-            reference.accuracy, result.accuracy, result.agreement, reference.detection, result.detection
-        )
-        result.flagged = result.drop.points > options.drop_threshold
-        if package.variant(result.variant_id).precision is Precision.INT8:
-            result.probe_error = probe_error(package, model)
-        if options.bench_seconds > 0:
-            result.speed = measure_speed(model, options.bench_seconds, options.settings.seed)
-    except Exception as error:
-        log.debug("evaluating %s failed", result.variant_id, exc_info=True)
-        result.fail("failed", f"does not run in the runtime: {type(error).__name__}: {first_line(error)}")
-    finally:
-        model.close()
-
-
-def try_variant(
-    ctx: BuildContext,
-    variant_id: str,
-    builder: Builder,
-    *,
-    fields: dict[str, Any],
-    reference: Reference,
-    eval_set: SampleSet,
-    options: ConvertOptions,
-) -> VariantResult:
-    """A variant built by `builder` into `ctx.out_dir` and evaluated there as every variant is."""
-    result = build_variant(ctx, variant_id, builder)
-    package = _package_in_memory(ctx.out_dir, [result], fields)
-    if result.status == "ok" and package is not None:
-        evaluate_variant(package, result, reference, eval_set, options)
-    return result
-
-
 def _write_manifest(
     out_dir: Path, results: list[VariantResult], fields: dict[str, Any], report: ConversionReport
 ) -> bool:
-    variants = _variants(out_dir, results, report)
+    variants = manifest_variants(out_dir, results, report)
     if not variants:
         return False
     write_package(out_dir, variants, **fields)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from converters.budget import RecoveryBudget, budget_summary, control_outcome
 from converters.calibration import Sample, SampleSet
 from converters.context import BuildContext, Builder, QuantizationSettings, model_input
 from converters.metrics import RunOutputs, match_outputs
@@ -40,12 +41,12 @@ from converters.openvino_variants import (
     quantize_int8,
     top1_control,
 )
-from converters.progress import step
+from converters.progress import current_schedule, stage, step
 from converters.report import Attempt, VariantResult
 from edge_runtime.package.manifest import Task
 
 if TYPE_CHECKING:
-    from converters.pipeline import Reference
+    from converters.variant_evaluation import Reference
 
 VARIANT = "openvino/int8"
 HELD_BACK_SHARE = 0.25  # of the calibration samples, when they are also the evaluation set
@@ -105,6 +106,7 @@ def recover_int8(
 ) -> None:
     """Try the plan's attempts on a flagged `result`, keep the best in `ctx.out_dir`, and list them all in it."""
     assert result.drop is not None and ctx.calibration is not None
+    budget = RecoveryBudget(ctx.settings.recovery_seconds, ctx.settings.recovery_iterations)
     step(f"{VARIANT}: drop {result.drop.points:.2f} over {drop_threshold:g} points: quantizing again")
     plain = plain_int8_layers(ctx)
     first_control = _first_control(ctx)
@@ -113,8 +115,19 @@ def recover_int8(
     _measured(first, plain)
     tried = [first]
     control = recovery_control(ctx, reference, eval_set, drop_threshold)
-    for number, planned in enumerate(plan(ctx.settings, first_control is not None), 2):
+    steps = plan(ctx.settings, first_control is not None)
+    schedule = current_schedule()
+    if schedule is not None:
+        names = [(f"attempt {n}: {s.name}", s.controlled) for n, s in enumerate(steps, 2)]
+        schedule.plan_recovery(names, budget.left())
+    for number, planned in enumerate(steps, 2):
         accuracy, calibration = None, ctx.calibration
+        if budget.spent:
+            for late in steps[number - 2 :]:
+                settings = _settings(late.settings, len(ctx.calibration), None)
+                why = f"not tried: the budget ({budget.describe()}) ran out"
+                tried.append(_Tried(Attempt(late.name, settings, "skipped", why), result, ctx.out_dir))
+            break
         if planned.controlled:
             if isinstance(control, str):
                 settings = _settings(planned.settings, len(ctx.calibration), None)
@@ -122,20 +135,28 @@ def recover_int8(
                 continue
             accuracy, calibration = control
         root = scratch / f"attempt-{number}"
+        stage(f"attempt {number}: {planned.name}")
         attempt_ctx = replace(ctx, out_dir=root, settings=planned.settings, calibration=calibration)
-        step(f"{VARIANT}: attempt {number}: {planned.name}")
-        attempt_result = try_variant(attempt_ctx, VARIANT, partial(quantize_int8, control=accuracy))
+        step(f"{VARIANT}: attempt {number} of {len(steps) + 1}: {planned.name} ({budget.left():.0f} s of budget left)")
+        attempt_result = try_variant(attempt_ctx, VARIANT, partial(quantize_int8, control=accuracy, budget=budget))
+        if schedule is not None:
+            schedule.begin_nothing()  # measured: the ETA stops counting this attempt
         settings = _settings(planned.settings, len(calibration), accuracy)
         tried.append(_Tried(Attempt(planned.name, settings, ""), attempt_result, root))
         _measured(tried[-1], plain)
+        if accuracy is not None and tried[-1].attempt.status == "flagged":
+            tried[-1].attempt.message = control_outcome(budget)
         step(f"{VARIANT}: attempt {number} ({planned.name}): {_outcome(tried[-1].attempt)}")
         if tried[-1].attempt.status == "ok":
             break
+    if schedule is not None:
+        schedule.end_recovery()
     kept = _pick(tried)
     kept.attempt.kept = True
     if kept is not first:
         _adopt(ctx.out_dir, kept, result, tried.index(kept) + 1)
     result.attempts = [t.attempt for t in tried]
+    result.recovery_note = budget_summary(budget, [t.attempt for t in tried])
 
 
 def recovery_control(
@@ -251,8 +272,16 @@ def plain_int8_layers(ctx: BuildContext) -> set[str]:
     """The keys of the layers a plain NNCF quantization with `ctx`'s settings runs in int8.
 
     What "kept in fp32" is measured from. Where NNCF puts its quantizers does not depend on the data, so
-    one sample and no bias correction do.
+    one sample and no bias correction do; for the same reason the cache keeps the answer under the model
+    and the settings alone.
     """
+    if ctx.cache is None:
+        return _plain_int8_layers(ctx)
+    key = ctx.cache.key("openvino/int8 plain layers", ctx.settings, "any")
+    return set(ctx.cache.store.value(key, lambda: sorted(_plain_int8_layers(ctx))))
+
+
+def _plain_int8_layers(ctx: BuildContext) -> set[str]:
     import nncf
 
     assert ctx.calibration is not None
@@ -343,7 +372,7 @@ def _adopt(out_dir: Path, kept: _Tried, result: VariantResult, number: int) -> N
     note = f"quantized again after the first try was flagged: attempt {number} ({kept.attempt.name}) was kept"
     kept.result.built = replace(kept.result.built, notes=(*kept.result.built.notes, note))
     for field in fields(VariantResult):
-        if field.name not in ("variant_id", "attempts"):
+        if field.name not in ("variant_id", "attempts", "recovery_note"):
             setattr(result, field.name, getattr(kept.result, field.name))
 
 

@@ -58,6 +58,7 @@ class VariantResult:
     probe_error: float | None = None  # int8 only: mean output error against fp32 on the fidelity probe's inputs
     flagged: bool = False
     attempts: list[Attempt] = field(default_factory=list)  # the first try and the recovery's, when it was flagged
+    recovery_note: str = ""  # how far recovery got within its budget
 
     def fail(self, status: str, message: str) -> None:
         self.status, self.message = status, message
@@ -278,6 +279,7 @@ def _recovery_table(result: VariantResult, threshold: float) -> list[str]:
     lines = [
         f"`{result.variant_id}` was flagged (drop over {threshold:g} points) and quantized again, in order of cost; "
         f"{why}.",
+        *([result.recovery_note] if result.recovery_note else []),
         "",
         "| # | Attempt | Preset | Fast bias correction | Accuracy control | Drop (points) | Latency median (ms) "
         "| Throughput (fps) | Layers kept in fp32 | Status |",

@@ -31,6 +31,11 @@ def default_variants(kind: SourceKind) -> tuple[str, ...]:
     return TENSORFLOW_VARIANTS if kind.is_tensorflow else DEFAULT_VARIANTS
 
 
+def quick_variants(variant_ids: tuple[str, ...]) -> tuple[str, ...]:
+    """A first look (`--quick`): of the variants asked for, each format's fp32 and its full-integer int8."""
+    return tuple(vid for vid in variant_ids if vid.split("/")[1] in ("fp32", "int8"))
+
+
 def check_variant_ids(variant_ids: tuple[str, ...]) -> tuple[str, ...]:
     """The ids in order without repeats; an unknown id is an error that lists the known ones."""
     unknown = [vid for vid in variant_ids if vid not in BUILDERS]

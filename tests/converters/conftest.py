@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -48,3 +49,12 @@ def tiny_cnn_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """`module:factory` of a tiny CNN with a residual block and a depthwise convolution (tests/converters/tiny_cnn)."""
     monkeypatch.syspath_prepend(str(tmp_path))
     return write_factory(tmp_path)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def conversion_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """`edge-convert` keeps work in the user's cache folder; the tests keep theirs in a folder of their own."""
+    folder = tmp_path_factory.mktemp("xdg_cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(folder))
+        yield folder / "edge-convert"

@@ -14,6 +14,7 @@ import pytest
 
 from converters.cli import EXIT_BAD_INPUT, EXIT_NO_VARIANT, build_parser, main, options_from
 from converters.errors import ConversionError
+from converters.pipeline import convert
 from edge_runtime.commands.help_text import shows_default
 from edge_runtime.package.loader import open_package
 from edge_runtime.package.signing import generate_keys, read_public_key, verify_package
@@ -180,3 +181,18 @@ def test_the_help_gives_examples_exit_statuses_and_every_default(monkeypatch: py
 def test_fast_bias_correction_is_on_unless_turned_off(tmp_path: Path, flag: list[str], expected: bool) -> None:
     args = build_parser().parse_args(["model.onnx", "-o", str(tmp_path), *flag])
     assert options_from(args).settings.fast_bias_correction is expected
+
+
+def test_quick_builds_each_formats_fp32_and_int8_without_recovery(
+    tiny_onnx: Path, tiny_calibration: Path, tmp_path: Path
+) -> None:
+    quick = options_from(build_parser().parse_args(["m.onnx", "-o", str(tmp_path), "--quick"]))
+    assert quick.quick and not quick.recover and quick.bench_seconds == 0.5
+    labels = ",".join(f"c{i}" for i in range(10))
+    args = [str(tiny_onnx), "-o", str(tmp_path / "out"), "--calibration", str(tiny_calibration), "--labels", labels]
+    options = options_from(build_parser().parse_args([*args, "--quick", "--bench-seconds", "0.05"]))
+    assert options.bench_seconds == 0.05  # never longer than asked
+    report = convert(options)
+    built = [r.variant_id for r in report.variants]
+    assert built == ["openvino/fp32", "openvino/int8", "onnx/fp32", "onnx/int8"]
+    assert all(r.status == "ok" and r.speed is not None and r.attempts == [] for r in report.variants)

@@ -1,12 +1,6 @@
 """A flagged openvino/int8 variant is quantized again, with the real NNCF and OpenVINO, until one attempt holds.
 
-Two small regression models (no labels) where NNCF's default int8 really loses too much:
-- `offset`: the hidden layer's outputs sit around 20 with a spread of about 1, so the head's weight rounding
-  shifts its outputs by far more than twice its small biases; fast bias correction leaves such shifts alone,
-  full bias correction removes them.
-- `outlier`: one hidden channel is 300 times larger than the others (the head reads it with a 300 times smaller
-  weight), so the head's per-tensor activation quantizer rounds the other channels away whatever the preset
-  or bias correction; only keeping the head in float restores it.
+The models are `recovery_models`': `offset` is fixed by full bias correction, `outlier` only by accuracy control.
 """
 
 from __future__ import annotations
@@ -15,79 +9,28 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from recovery_models import SAMPLES, write_models
 
 from converters.calibration import SampleSet
 from converters.cli import build_parser, options_from
 from converters.context import BuildContext, QuantizationSettings
 from converters.metrics import Accuracy, RunOutputs
-from converters.pipeline import ConvertOptions, Reference, convert
+from converters.pipeline import ConvertOptions, convert
 from converters.recovery import agreement_metric, layers, plan, recovery_control
 from converters.report import ConversionReport, VariantResult
 from converters.sources import SourceKind, SourceModel
+from converters.variant_evaluation import Reference
 from edge_runtime.package.loader import open_package, sha256_of
 from edge_runtime.package.manifest import Task
 from edge_runtime.placement.model import load_model
 
-WIDTH = 64
-SAMPLES = 64
 AGREEMENT = "100 − mean error in % of fp32 output range"
-
-
-def _mlp(path: Path, weights: dict[str, np.ndarray]) -> Path:
-    """x [1, 64] -> Gemm `hidden` -> Gemm `head`, OpenVINO's MatMul ops `hidden/WithoutBiases` and `head/...`."""
-    nodes = [
-        helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="hidden"),
-        helper.make_node("Gemm", ["h", "w2", "b2"], ["y"], name="head"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        path.stem,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, WIDTH])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, weights["w2"].shape[1]])],
-        initializer=[numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
-    return path
-
-
-def _offset_model(path: Path) -> Path:
-    rng = np.random.default_rng(0)
-    head = rng.normal(0, 1, (WIDTH, 8))
-    head -= head.mean(axis=0)  # the offset cancels in float, not once the weights are rounded
-    return _mlp(
-        path,
-        {
-            "w1": rng.normal(0, 0.25, (WIDTH, WIDTH)),
-            "b1": np.full(WIDTH, 20.0),
-            "w2": head,
-            "b2": np.sign(rng.normal(0, 1, 8)) * 0.1,
-        },
-    )
-
-
-def _outlier_model(path: Path) -> Path:
-    rng = np.random.default_rng(0)
-    hidden = rng.normal(0, 1 / np.sqrt(WIDTH), (WIDTH, WIDTH))
-    hidden[:, 0] *= 300
-    b1 = rng.normal(0, 0.1, WIDTH)
-    head = rng.normal(0, 1 / np.sqrt(WIDTH), (WIDTH, 16))
-    head[0] /= 300
-    return _mlp(path, {"w1": hidden, "b1": b1, "w2": head, "b2": rng.normal(0, 0.1, 16)})
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("recovery_models")
-    _offset_model(folder / "offset.onnx")
-    _outlier_model(folder / "outlier.onnx")
-    np.save(folder / "calibration.npy", np.random.default_rng(1).uniform(-1, 1, (SAMPLES, WIDTH)).astype(np.float32))
-    return folder
+    return write_models(tmp_path_factory.mktemp("recovery_models"))
 
 
 def _convert(models: Path, name: str, out_dir: Path, threshold: float, recover: bool = True) -> ConversionReport:

@@ -1,0 +1,191 @@
+"""A time budget and an iteration cap for int8 recovery, so that a conversion has a known cost.
+
+NNCF's accuracy control reverts one group of operations to float at a time and ranks the remaining
+groups again as it goes; on a model of a few hundred layers that runs for many minutes with no bound
+but the number of layers. NNCF takes an iteration cap (`max_num_iterations`) but no time limit, and
+where it stops short of `max_drop` it returns the model as its last revert left it, not the best it
+measured. So the converter bounds it twice, and judges what comes back itself:
+
+- the cap goes to NNCF as it is;
+- the time limit goes in through the validation function NNCF calls after every revert. Once the budget
+  is spent, `BudgetedValidation` answers with the float model's own figures without running anything:
+  NNCF reads that as "accuracy restored", stops, and returns the model as it stands (the groups reverted
+  so far, plus the one it was trying). The converter then measures that model as it measures every
+  attempt and keeps whichever attempt measured best, so an answer that is not a real measurement never
+  decides what ships. When the time runs out before the first revert, while NNCF still ranks the layers
+  (which compiles one model per group of layers, a minute on a model of fifty layers), the attempt is
+  abandoned at once instead: the rest of the ranking would be spent on answers that rank nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from converters.errors import VariantSkippedError
+from converters.progress import step
+
+if TYPE_CHECKING:
+    from converters.report import Attempt
+
+__all__ = [
+    "DEFAULT_RECOVERY_ITERATIONS",
+    "DEFAULT_RECOVERY_SECONDS",
+    "BudgetedValidation",
+    "RecoveryBudget",
+    "budget_summary",
+    "control_outcome",
+    "counting_reverts",
+]
+
+DEFAULT_RECOVERY_SECONDS = 120.0  # with the rest of a default conversion, within 3 minutes on 2 cores
+DEFAULT_RECOVERY_ITERATIONS = 20  # groups of operations accuracy control may revert to float
+
+Validate = Callable[[Any, Iterable[Any]], tuple[float, list[float]]]
+
+
+@dataclass
+class RecoveryBudget:
+    """Seconds and reverts that recovery may spend, counted from its creation; `clock` for tests to drive."""
+
+    seconds: float = DEFAULT_RECOVERY_SECONDS
+    max_iterations: int = DEFAULT_RECOVERY_ITERATIONS
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(init=False)
+    stopped_control: bool = field(default=False, init=False)  # the last accuracy control was ended by the clock
+    control_reverts: int = field(default=0, init=False)  # reverts the last accuracy control measured
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    def start_control(self) -> None:
+        self.stopped_control, self.control_reverts = False, 0
+
+    @property
+    def capped_control(self) -> bool:
+        """The last accuracy control reverted as many groups as it was allowed to."""
+        return self.control_reverts >= self.max_iterations
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def left(self) -> float:
+        return max(0.0, self.seconds - self.elapsed())
+
+    @property
+    def spent(self) -> bool:
+        return self.elapsed() >= self.seconds
+
+    def describe(self) -> str:
+        return f"{_duration(self.seconds)} and at most {self.max_iterations} reverts"
+
+
+class BudgetedValidation:
+    """NNCF's validation function, ended by the budget: after it is spent, every model scores as the float one.
+
+    The first call over every item is NNCF's float model (NNCF validates it before anything else); its
+    metric and per-item values are what a spent budget answers with.
+    """
+
+    def __init__(self, validate: Validate, item_count: int, budget: RecoveryBudget) -> None:
+        self._validate = validate
+        self._item_count = item_count
+        self._budget = budget
+        self._float_metric: float | None = None
+        self._float_values: dict[int, float] = {}
+
+    def __call__(self, compiled: Any, items: Iterable[Any]) -> tuple[float, list[float]]:
+        listed = list(items)
+        if self._float_metric is not None and self._budget.spent:
+            self._budget.stopped_control = True
+            if self._budget.control_reverts == 0:  # still ranking: what is left of it would only compile models
+                raise VariantSkippedError(
+                    f"the time ran out ({self._budget.describe()}) before accuracy control reverted any layer"
+                )
+            values = [self._float_values.get(id(item), self._float_metric) for item in listed]
+            whole = len(listed) == self._item_count or not values
+            return (self._float_metric if whole else sum(values) / len(values)), values
+        metric, values = self._validate(compiled, listed)
+        if self._float_metric is None and len(listed) == self._item_count:
+            self._float_metric = metric
+            self._float_values = {id(item): value for item, value in zip(listed, values, strict=True)}
+        return metric, values
+
+
+@contextmanager
+def counting_reverts(budget: RecoveryBudget) -> Iterator[None]:
+    """Count accuracy control's iterations into `budget` while NNCF runs, from the line NNCF logs for each.
+
+    NNCF says how many groups it reverted only in its log. Ranking also runs the validation function,
+    so counting its calls would not do.
+    """
+    budget.start_control()
+    handler = _RevertCounter(budget)
+    logger = logging.getLogger("nncf")
+    level = logger.level
+    logger.setLevel(min(level or logging.INFO, logging.INFO))  # NNCF's own handler keeps its level
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+class _RevertCounter(logging.Handler):
+    def __init__(self, budget: RecoveryBudget) -> None:
+        super().__init__(logging.INFO)
+        self._budget = budget
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("Reverted "):
+            self._budget.control_reverts += 1
+            step(
+                f"openvino/int8: accuracy control reverted group {self._budget.control_reverts} of at most "
+                f"{self._budget.max_iterations} ({self._budget.left():.0f} s of budget left)"
+            )
+
+
+def control_outcome(budget: RecoveryBudget) -> str:
+    """How the last accuracy control ended, where a limit ended it: the attempt's message in the report."""
+    if budget.stopped_control:
+        return f"accuracy control stopped when the time ran out, at revert {budget.control_reverts}"
+    if budget.capped_control:
+        return f"accuracy control reached its cap of {budget.max_iterations} reverts"
+    return ""
+
+
+def budget_summary(budget: RecoveryBudget, attempts: list[Attempt]) -> str:
+    """How far recovery got within its budget, and what a larger one would try next: a line of the report."""
+    line = f"Recovery took {budget.elapsed():.0f} s (budget: {budget.describe()})."
+    if any(a.status == "ok" for a in attempts):
+        return line
+    untried = [a.name for a in attempts if a.status == "skipped" and "budget" in a.message]
+    if untried:
+        return f"{line} The time ran out: a larger --recovery-budget would try next: {', '.join(untried)}."
+    if budget.stopped_control and budget.control_reverts == 0:
+        return (
+            f"{line} The time ran out while accuracy control ranked the layers: a larger --recovery-budget would let "
+            "it revert the costliest to float."
+        )
+    if budget.stopped_control:
+        return (
+            f"{line} Accuracy control was stopped by the time at revert {budget.control_reverts}: a larger "
+            "--recovery-budget would let it revert more layers to float."
+        )
+    if budget.capped_control:
+        return (
+            f"{line} Accuracy control reverted as many groups as allowed: a larger --recovery-iterations would let it "
+            "revert more layers to float."
+        )
+    return line
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
