@@ -235,3 +235,15 @@ def synthetic_samples(specs: Sequence[InputSpec], count: int, seed: int) -> Samp
             per_input.append([rng.standard_normal(spec.shape).astype(spec.dtype) for _ in range(count)])
     samples = [list(arrays) for arrays in zip(*per_input, strict=True)]
     return SampleSet(samples, f"{count} synthetic samples (no calibration or validation data given)")
+
+
+def read_training_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Labelled training data from an .npz of arrays `x` (inputs) and `y` (one class index per sample), read
+    without unpickling: the file may come from anywhere, and a pickled object array would run its code."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if "x" not in data or "y" not in data:
+                raise ConversionError(f"training data {path} needs arrays 'x' and 'y' (it has {', '.join(data.files)})")
+            return np.asarray(data["x"]), np.asarray(data["y"]).reshape(-1)
+    except (OSError, ValueError) as error:
+        raise ConversionError(f"cannot read training data {path} as .npz: {error}") from None

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from converters.calibration import read_training_arrays
 from converters.errors import ConversionError
 from converters.progress import step
 
@@ -119,13 +120,7 @@ def output_disagreement(student: Any, teacher: Any, x: np.ndarray) -> float:
 
 def read_labelled_data(path: Path, input_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """x shaped like the model's input (any batch size) and y one class index per sample, from an .npz."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            if "x" not in data or "y" not in data:
-                raise ConversionError(f"training data {path} needs arrays 'x' and 'y' (it has {', '.join(data.files)})")
-            x, y = np.asarray(data["x"]), np.asarray(data["y"]).reshape(-1)
-    except (OSError, ValueError) as error:
-        raise ConversionError(f"cannot read training data {path} as .npz: {error}") from None
+    x, y = read_training_arrays(path)
     if x.shape[1:] != tuple(input_shape[1:]):
         raise ConversionError(f"training data {path}: x has shape {list(x.shape)}, the model takes {list(input_shape)}")
     if len(y) != len(x) or not np.issubdtype(y.dtype, np.number) or not np.all(np.mod(y, 1) == 0):

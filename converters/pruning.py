@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from converters.calibration import read_training_arrays
 from converters.errors import ConversionError
 from converters.progress import step
 from converters.sources import SourceKind, SourceModel
@@ -217,13 +218,7 @@ def read_train_data(path: Path, model: Any) -> tuple[np.ndarray, np.ndarray]:
     """x shaped like the model's (single) input with any batch size, y one class index per sample."""
     if len(model.inputs) != 1:
         raise ConversionError("fine-tuning after pruning takes models with one input")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            if "x" not in data or "y" not in data:
-                raise ConversionError(f"training data {path} needs arrays 'x' and 'y' (it has {', '.join(data.files)})")
-            x, y = np.asarray(data["x"]), np.asarray(data["y"]).reshape(-1)
-    except (OSError, ValueError) as error:
-        raise ConversionError(f"cannot read training data {path} as .npz: {error}") from None
+    x, y = read_training_arrays(path)
     expected = tuple(model.inputs[0].shape[1:])
     if x.ndim != len(expected) + 1 or any(e is not None and e != d for e, d in zip(expected, x.shape[1:], strict=True)):
         shown = ", ".join("?" if e is None else str(e) for e in expected)
