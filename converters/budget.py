@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from converters.errors import VariantSkippedError
-from converters.progress import step
+from converters.progress import current_schedule, step
 
 if TYPE_CHECKING:
     from converters.report import Attempt
@@ -144,6 +144,9 @@ class _RevertCounter(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.getMessage().startswith("Reverted "):
             self._budget.control_reverts += 1
+            schedule = current_schedule()
+            if schedule is not None:
+                schedule.reverted(self._budget.max_iterations)
             step(
                 f"openvino/int8: accuracy control reverted group {self._budget.control_reverts} of at most "
                 f"{self._budget.max_iterations} ({self._budget.left():.0f} s of budget left)"

@@ -9,7 +9,8 @@ The ETA adds up what the stages ahead should take, each estimated from what was 
 run: the reference's run gives the time per sample, which sizes the evaluations and the int8 calibrations
 until a stage of the same kind has been timed, and from then on that stage's time stands for the rest of
 its kind. Recovery is only planned once an int8 variant is flagged; it is counted at its budget, the most
-it can take, and each attempt it finishes narrows that.
+it can take, and each attempt it finishes narrows that. Accuracy control, once it has reverted two groups,
+is counted at their pace for the reverts its cap still allows, when that ends before the budget.
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ class Schedule:
     current_started: float = 0.0
     recovery_deadline: float | None = None  # on `clock`: recovery's stages together end by then
     recovery_budget: float = 0.0  # what recovery may add, while it is not known whether int8 needs it
+    reverts: list[float] = field(default_factory=list)  # on `clock`: when accuracy control reverted each group
+    revert_cap: int = 0  # the most groups it may revert
 
     def __post_init__(self) -> None:
         self.started = self.clock()
@@ -107,6 +110,13 @@ class Schedule:
             _Stage(name, "control" if controlled else "attempt") for name, controlled in attempts
         ]
         self.recovery_deadline = self.clock() + seconds
+
+    def reverted(self, cap: int) -> None:
+        """Accuracy control reverted one more group of at most `cap`: from the second on, their pace says how
+        long the rest takes, which is often well within the budget (the cap ends it first)."""
+        if self.current is not None and self.current.kind == "control":
+            self.reverts.append(self.clock())
+            self.revert_cap = cap
 
     def end_recovery(self) -> None:
         """Attempts not started will not be: recovery succeeded or ran out of time."""
@@ -154,12 +164,20 @@ class Schedule:
         left = {id(s): self._estimate(s, per_sample) for s in pending}
         if current is not None and id(current) in left:
             left[id(current)] = max(left[id(current)] - (now - started), 0.0)
+            if current.kind == "control" and len(self.reverts) >= 2:
+                left[id(current)] = self._reverts_left(now)
         recovery = sum(left[id(s)] for s in pending if s.kind in RECOVERY_KINDS)
         if self.recovery_deadline is not None:
             recovery = min(recovery, max(self.recovery_deadline - now, 0.0))
         if any(s.kind == "control" for s in pending):  # its model is measured after the budget, as every attempt
             recovery += self._estimate(_Stage("", "evaluate"), per_sample)
         return recovery + sum(left[id(s)] for s in pending if s.kind not in RECOVERY_KINDS)
+
+    def _reverts_left(self, now: float) -> float:
+        """The reverts still allowed at the pace of those done (ranking included, which comes before each)."""
+        done = len(self.reverts)
+        pace = (self.reverts[-1] - self.reverts[0]) / (done - 1)
+        return max((self.revert_cap - done) * pace - (now - self.reverts[-1]), 0.0)
 
     def _per_sample(self) -> float | None:
         """Seconds per sample of the reference's run: the pace everything else is first estimated from."""

@@ -88,6 +88,32 @@ def test_recovery_counts_at_most_its_budget_and_attempts_not_needed_are_dropped(
     assert sum(s.name == "attempt 2: mixed preset" for s in planned.stages) == 1
 
 
+def test_accuracy_control_is_counted_at_the_pace_of_its_reverts_when_its_cap_ends_it_before_the_budget() -> None:
+    clock = SteppedClock()
+    planned = Schedule(calibration_samples=300, evaluation_samples=100, bench_seconds=2.0, clock=clock)
+    planned.plan(["openvino/int8"])
+    planned.begin("reference")
+    clock.now += 10.0
+    planned.begin("openvino/int8: build")
+    clock.now += 30.0
+    planned.begin("openvino/int8: evaluate")
+    clock.now += 10.0  # the evaluation of accuracy control's model, after it, is estimated at this: 10 s
+    planned.plan_recovery([("attempt 2: accuracy control", True)], 120.0)
+    planned.begin("attempt 2: accuracy control")
+    clock.now += 30.0  # ranking the groups, then the first revert: no pace yet, the budget bounds it
+    planned.reverted(cap=10)
+    assert planned.eta() == pytest.approx(90.0 + 10.0)
+    clock.now += 4.0
+    planned.reverted(cap=10)  # 4 s a revert: 8 more take 32 s, well within the 86 s of budget left
+    assert planned.eta() == pytest.approx(32.0 + 10.0)
+    clock.now += 1.0
+    assert planned.eta() == pytest.approx(31.0 + 10.0)
+    for _ in range(3):
+        clock.now += 20.0  # slower reverts: 5 more at their pace would take 81 s, but 25 s of budget are left
+        planned.reverted(cap=10)
+    assert planned.eta() == pytest.approx(25.0 + 10.0)
+
+
 @pytest.fixture
 def converters_log() -> Iterator[logging.Logger]:
     logger = logging.getLogger("converters")
