@@ -174,9 +174,11 @@ class Schedule:
         return recovery + sum(left[id(s)] for s in pending if s.kind not in RECOVERY_KINDS)
 
     def _reverts_left(self, now: float) -> float:
-        """The reverts still allowed at the pace of those done (ranking included, which comes before each)."""
+        """The reverts still allowed at the pace of those done, counted from the start of accuracy control: NNCF
+        ranks the groups before the first revert and again between bursts of quick ones, and that is part of
+        what each revert costs."""
         done = len(self.reverts)
-        pace = (self.reverts[-1] - self.reverts[0]) / (done - 1)
+        pace = (self.reverts[-1] - self.current_started) / done
         return max((self.revert_cap - done) * pace - (now - self.reverts[-1]), 0.0)
 
     def _per_sample(self) -> float | None:

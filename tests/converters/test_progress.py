@@ -100,18 +100,18 @@ def test_accuracy_control_is_counted_at_the_pace_of_its_reverts_when_its_cap_end
     clock.now += 10.0  # the evaluation of accuracy control's model, after it, is estimated at this: 10 s
     planned.plan_recovery([("attempt 2: accuracy control", True)], 120.0)
     planned.begin("attempt 2: accuracy control")
-    clock.now += 30.0  # ranking the groups, then the first revert: no pace yet, the budget bounds it
+    clock.now += 2.0  # ranking the groups, then the first revert: no pace yet, the budget bounds it
     planned.reverted(cap=10)
-    assert planned.eta() == pytest.approx(90.0 + 10.0)
-    clock.now += 4.0
-    planned.reverted(cap=10)  # 4 s a revert: 8 more take 32 s, well within the 86 s of budget left
-    assert planned.eta() == pytest.approx(32.0 + 10.0)
+    assert planned.eta() == pytest.approx(118.0 + 10.0)
+    clock.now += 2.0
+    planned.reverted(cap=10)  # 2 s a revert since accuracy control began: 8 more take 16 s, well within the budget
+    assert planned.eta() == pytest.approx(16.0 + 10.0)
     clock.now += 1.0
-    assert planned.eta() == pytest.approx(31.0 + 10.0)
+    assert planned.eta() == pytest.approx(15.0 + 10.0)
     for _ in range(3):
-        clock.now += 20.0  # slower reverts: 5 more at their pace would take 81 s, but 25 s of budget are left
+        clock.now += 20.0  # slower reverts: 13 s each since the start, 5 more would take 65 s; 55 s of budget left
         planned.reverted(cap=10)
-    assert planned.eta() == pytest.approx(25.0 + 10.0)
+    assert planned.eta() == pytest.approx(55.0 + 10.0)
 
 
 @pytest.fixture
