@@ -97,17 +97,25 @@ class DaemonCollector(Collector):
             yield broker
 
 
+def _labelled(
+    family: type[CounterMetricFamily] | type[GaugeMetricFamily],
+    prefix: str,
+    described: dict[str, str],
+    label: str,
+    rows: dict[str, dict[str, Any]],
+) -> Iterator[Metric]:
+    """One family per figure in `described`, with a sample per row (pipeline, camera, model) labelled by its name;
+    a row without the figure gives 0."""
+    for key, text in described.items():
+        metric = family(f"{prefix}{key.removesuffix('_total')}", text, labels=[label])
+        for name, figures in rows.items():
+            metric.add_metric([name], float(figures.get(key, 0)))
+        yield metric
+
+
 def _pipeline_metrics(pipelines: dict[str, dict[str, Any]]) -> Iterator[Metric]:
-    for key, text in _PIPELINE_COUNTERS.items():
-        counter = CounterMetricFamily(f"edge_runtime_{key}", text, labels=["pipeline"])
-        for name, figures in pipelines.items():
-            counter.add_metric([name], float(figures.get(key, 0)))
-        yield counter
-    for key, text in _PIPELINE_GAUGES.items():
-        gauge = GaugeMetricFamily(f"edge_runtime_{key}", text, labels=["pipeline"])
-        for name, figures in pipelines.items():
-            gauge.add_metric([name], float(figures.get(key, 0.0)))
-        yield gauge
+    yield from _labelled(CounterMetricFamily, "edge_runtime_", _PIPELINE_COUNTERS, "pipeline", pipelines)
+    yield from _labelled(GaugeMetricFamily, "edge_runtime_", _PIPELINE_GAUGES, "pipeline", pipelines)
     latency = GaugeMetricFamily(
         "edge_runtime_stage_latency_ms", "stage latency percentiles", labels=["pipeline", "stage", "quantile"]
     )
@@ -129,26 +137,14 @@ def _source_metrics(sources: dict[str, dict[str, Any]]) -> Iterator[Metric]:
     """The cameras named in `sources:`, each once however many pipelines read it."""
     if not sources:
         return
-    for key, text in _SOURCE_COUNTERS.items():
-        counter = CounterMetricFamily(f"edge_runtime_source_{key}", text, labels=["source"])
-        for name, figures in sources.items():
-            counter.add_metric([name], float(figures.get(key, 0)))
-        yield counter
-    for key, text in _SOURCE_GAUGES.items():
-        gauge = GaugeMetricFamily(f"edge_runtime_source_{key}", text, labels=["source"])
-        for name, figures in sources.items():
-            gauge.add_metric([name], float(figures.get(key, 0.0)))
-        yield gauge
+    yield from _labelled(CounterMetricFamily, "edge_runtime_source_", _SOURCE_COUNTERS, "source", sources)
+    yield from _labelled(GaugeMetricFamily, "edge_runtime_source_", _SOURCE_GAUGES, "source", sources)
 
 
 def _serving_metrics(models: dict[str, dict[str, Any]]) -> Iterator[Metric]:
     if not models:
         return
-    for key, text in _SERVING_COUNTERS.items():
-        counter = CounterMetricFamily(f"edge_runtime_serving_{key.removesuffix('_total')}", text, labels=["model"])
-        for name, figures in models.items():
-            counter.add_metric([name], float(figures.get(key, 0)))
-        yield counter
+    yield from _labelled(CounterMetricFamily, "edge_runtime_serving_", _SERVING_COUNTERS, "model", models)
     sizes = CounterMetricFamily("edge_runtime_serving_batches", "executions by batch size", labels=["model", "size"])
     for name, figures in models.items():
         for size, count in figures.get("batch_sizes", {}).items():
