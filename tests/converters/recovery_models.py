@@ -11,10 +11,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from converters.pipeline import ConvertOptions, convert
+from converters.report import ConversionReport
 
 __all__ = ["SAMPLES", "WIDTH", "offset_model", "outlier_model", "write_models"]
 
@@ -73,3 +77,19 @@ def write_models(folder: Path) -> Path:
     outlier_model(folder / "outlier.onnx")
     np.save(folder / "calibration.npy", np.random.default_rng(1).uniform(-1, 1, (SAMPLES, WIDTH)).astype(np.float32))
     return folder
+
+
+def convert_int8(models: Path, name: str, out_dir: Path, threshold: float = 1.0, **options: Any) -> ConversionReport:
+    """Model `name` of `models` converted to openvino/int8 alone, on the folder's calibration data, timed briefly;
+    `options` go to ConvertOptions as they are (`recover`, `cache_dir`)."""
+    return convert(
+        ConvertOptions(
+            model=models / f"{name}.onnx",
+            out_dir=out_dir,
+            calibration=models / "calibration.npy",
+            variants=("openvino/int8",),
+            drop_threshold=threshold,
+            bench_seconds=0.05,
+            **options,
+        )
+    )

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from recovery_models import write_models
+from recovery_models import convert_int8, write_models
 
 from converters.cache import BuildCache, ConversionCache, default_cache_dir, samples_digest
 from converters.cli import build_parser, options_from
 from converters.metrics import RunOutputs
-from converters.pipeline import ConvertOptions, convert
 from converters.report import ConversionReport
 from edge_runtime.package.loader import open_package, sha256_of
 
@@ -28,26 +27,11 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_models(tmp_path_factory.mktemp("cache_models"))
 
 
-def _convert(
-    models: Path, out_dir: Path, cache: Path, threshold: float = 1.0, name: str = "outlier"
-) -> ConversionReport:
-    options = ConvertOptions(
-        model=models / f"{name}.onnx",
-        out_dir=out_dir,
-        calibration=models / "calibration.npy",
-        variants=("openvino/int8",),
-        drop_threshold=threshold,
-        bench_seconds=0.05,
-        cache_dir=cache,
-    )
-    return convert(options)
-
-
 @pytest.fixture(scope="module")
 def first(models: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, ConversionReport]:
     """The outlier model converted once with an empty cache: the cache folder, the package and its report."""
     folder = tmp_path_factory.mktemp("first_conversion")
-    return folder / "cache", folder / "out", _convert(models, folder / "out", folder / "cache")
+    return folder / "cache", folder / "out", convert_int8(models, "outlier", folder / "out", cache_dir=folder / "cache")
 
 
 def _entries(cache: Path) -> set[str]:
@@ -64,7 +48,7 @@ def test_a_second_conversion_reuses_the_reference_and_every_quantization(
     assert len([e for e in entries if e.startswith("build-")]) >= 4
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
     with caplog.at_level(logging.INFO, logger="converters"):
-        second = _convert(models, tmp_path / "second", cache).variants[0]
+        second = convert_int8(models, "outlier", tmp_path / "second", cache_dir=cache).variants[0]
     messages = [r.getMessage() for r in caplog.records]
     assert messages.count(FROM_CACHE) == 4 and any("reference outputs from the cache" in m for m in messages)
     assert _entries(cache) == entries
@@ -80,7 +64,7 @@ def test_another_threshold_reuses_the_plain_quantizations_and_controls_again(
 ) -> None:
     cache = first[0]
     before = _entries(cache)
-    result = _convert(models, tmp_path / "second", cache, threshold=0.5).variants[0]
+    result = convert_int8(models, "outlier", tmp_path / "second", 0.5, cache_dir=cache).variants[0]
     added = _entries(cache) - before
     assert len(added) == 1 and next(iter(added)).startswith("build-")  # accuracy control held to 0.5 instead of 1
     assert result.attempts[-1].name == "accuracy control"

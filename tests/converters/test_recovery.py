@@ -10,15 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from recovery_models import SAMPLES, write_models
+from recovery_models import SAMPLES, convert_int8, write_models
 
 from converters.calibration import SampleSet
 from converters.cli import build_parser, options_from
 from converters.context import BuildContext, QuantizationSettings
 from converters.metrics import Accuracy, RunOutputs
-from converters.pipeline import ConvertOptions, convert
 from converters.recovery import agreement_metric, layers, plan, recovery_control
-from converters.report import ConversionReport, VariantResult
+from converters.report import VariantResult
 from converters.sources import SourceKind, SourceModel
 from converters.variant_evaluation import Reference
 from edge_runtime.package.loader import open_package, sha256_of
@@ -33,29 +32,16 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_models(tmp_path_factory.mktemp("recovery_models"))
 
 
-def _convert(models: Path, name: str, out_dir: Path, threshold: float, recover: bool = True) -> ConversionReport:
-    options = ConvertOptions(
-        model=models / f"{name}.onnx",
-        out_dir=out_dir,
-        calibration=models / "calibration.npy",
-        variants=("openvino/int8",),
-        drop_threshold=threshold,
-        bench_seconds=0.05,
-        recover=recover,
-    )
-    return convert(options)
-
-
 @pytest.fixture(scope="module")
 def bias_fixed(models: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[VariantResult, Path]:
     out_dir = tmp_path_factory.mktemp("bias_fixed")
-    return _convert(models, "offset", out_dir, 1.0).variants[0], out_dir
+    return convert_int8(models, "offset", out_dir).variants[0], out_dir
 
 
 @pytest.fixture(scope="module")
 def control_fixed(models: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[VariantResult, Path]:
     out_dir = tmp_path_factory.mktemp("control_fixed")
-    return _convert(models, "outlier", out_dir, 1.0).variants[0], out_dir
+    return convert_int8(models, "outlier", out_dir).variants[0], out_dir
 
 
 def _reference(models: Path, name: str) -> np.ndarray:
@@ -164,7 +150,7 @@ def test_without_labels_agreement_with_fp32_drives_accuracy_control(
 
 
 def test_nothing_within_the_threshold_keeps_the_smallest_drop_and_stays_flagged(models: Path, tmp_path: Path) -> None:
-    result = _convert(models, "offset", tmp_path / "out", 0.0).variants[0]
+    result = convert_int8(models, "offset", tmp_path / "out", 0.0).variants[0]
     attempts = result.attempts
     assert [a.name for a in attempts] == ["initial", "mixed preset", "full bias correction", "accuracy control"]
     assert all(a.status in ("flagged", "failed") for a in attempts)
@@ -185,7 +171,7 @@ def test_no_recovery_leaves_a_flagged_variant_as_built(models: Path, tmp_path: P
     args = build_parser().parse_args(["m.onnx", "-o", "out", "--no-recovery"])
     assert options_from(args).recover is False
     assert options_from(build_parser().parse_args(["m.onnx", "-o", "out"])).recover is True
-    result = _convert(models, "outlier", tmp_path / "out", 1.0, recover=False).variants[0]
+    result = convert_int8(models, "outlier", tmp_path / "out", recover=False).variants[0]
     assert result.flagged and result.attempts == []
     assert "## Recovery" not in (tmp_path / "out" / "report.md").read_text()
 
