@@ -79,6 +79,25 @@ def test_once_spent_every_model_scores_as_the_float_one_and_nothing_runs() -> No
     assert ran == ["987", "111", "222"] and budget.stopped_control and budget.left() == 0.0
 
 
+def test_the_caps_last_revert_ends_accuracy_control_without_a_measurement() -> None:
+    budget = RecoveryBudget(3600.0, 2, clock=SteppedClock())
+    items = [("a", 0), ("b", 1)]
+    ran: list[str] = []
+
+    def validate(model: Any, batch: Iterable[tuple[str, int]]) -> tuple[float, list[float]]:
+        values = [float(model[index]) for _, index in batch]
+        ran.append(model)
+        return sum(values) / len(values), values
+
+    validation = BudgetedValidation(validate, len(items), budget)
+    assert validation("98", items) == (8.5, [9.0, 8.0])  # the float model
+    budget.control_reverts = 1
+    assert validation("12", items) == (1.5, [1.0, 2.0])  # the first revert is measured
+    budget.control_reverts = 2  # the cap's last: NNCF hears "restored" and returns the model with it
+    assert validation("00", items) == (8.5, [9.0, 8.0])
+    assert ran == ["98", "12"] and budget.capped_control and not budget.stopped_control
+
+
 def _context(models: Path, out_dir: Path, settings: QuantizationSettings) -> tuple[BuildContext, AccuracyControl]:
     """The outlier model's int8 build, held to agreement with its ONNX Runtime outputs on every sample."""
     import onnxruntime as ort
@@ -180,14 +199,21 @@ def test_an_iteration_cap_is_what_nncf_may_revert(models: Path, tmp_path: Path) 
     ctx, control = _context(models, tmp_path, QuantizationSettings())
     # Held to no loss at all, accuracy control would revert every layer; a cap of one stops it after the first.
     capped = RecoveryBudget(3600.0, 1)
+    measured_after_the_cap = []
+
+    def validate(compiled: Any, items: Iterable[Any]) -> tuple[float, list[float]]:
+        measured_after_the_cap.append(capped.capped_control)
+        return control.validate(compiled, items)
+
     nncf_log = logging.getLogger("nncf")
     level = nncf_log.level
     nncf_log.setLevel(logging.WARNING)  # as a program that quiets NNCF leaves it: reverts are still counted
     try:
-        built = quantize_int8(ctx, AccuracyControl(control.items, control.validate, 0.0, "agreement", "note"), capped)
+        built = quantize_int8(ctx, AccuracyControl(control.items, validate, 0.0, "agreement", "note"), capped)
     finally:
         nncf_log.setLevel(level)
-    assert capped.capped_control and capped.control_reverts == 1
+    assert capped.capped_control and capped.control_reverts == 1 and not capped.stopped_control
+    assert measured_after_the_cap and not any(measured_after_the_cap)  # its one revert was not measured
     found = layers(ov.Core().read_model(str(tmp_path / built.files[0])))
     assert sum(not layer.int8 for layer in found if layer.kind == "MatMul") == 1
 
