@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from converters.errors import VariantSkippedError
 from converters.progress import current_schedule, step
+from converters.progress_control import ControlPace
 
 if TYPE_CHECKING:
     from converters.report import Attempt
@@ -59,12 +60,14 @@ class RecoveryBudget:
     started: float = field(init=False)
     stopped_control: bool = field(default=False, init=False)  # the last accuracy control was ended by the clock
     control_reverts: int = field(default=0, init=False)  # reverts the last accuracy control measured
+    pace: ControlPace | None = field(default=None, init=False)  # where the last accuracy control's loop stands
 
     def __post_init__(self) -> None:
         self.started = self.clock()
 
     def start_control(self) -> None:
         self.stopped_control, self.control_reverts = False, 0
+        self.pace = ControlPace(self.max_iterations, self.clock)
 
     @property
     def capped_control(self) -> bool:
@@ -116,6 +119,9 @@ class BudgetedValidation:
             whole = len(listed) == self._item_count or not values
             return (self._float_metric if whole else sum(values) / len(values)), values
         metric, values = self._validate(compiled, listed)
+        pace = self._budget.pace
+        if pace is not None:
+            pace.evaluated()
         if self._float_metric is None and len(listed) == self._item_count:
             self._float_metric = metric
             self._float_values = {id(item): value for item, value in zip(listed, values, strict=True)}
@@ -127,9 +133,12 @@ def counting_reverts(budget: RecoveryBudget) -> Iterator[None]:
     """Count accuracy control's iterations into `budget` while NNCF runs, from the line NNCF logs for each.
 
     NNCF says how many groups it reverted only in its log. Ranking also runs the validation function,
-    so counting its calls would not do.
+    so counting its calls would not do. Its lines also go to the ETA, which follows NNCF's loop by them.
     """
     budget.start_control()
+    schedule = current_schedule()
+    if schedule is not None and budget.pace is not None:
+        schedule.control_started(budget.pace)
     handler = _RevertCounter(budget)
     logger = logging.getLogger("nncf")
     level = logger.level
@@ -148,11 +157,11 @@ class _RevertCounter(logging.Handler):
         self._budget = budget
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("Reverted "):
+        message = record.getMessage()
+        if self._budget.pace is not None:
+            self._budget.pace.line(message)
+        if message.startswith("Reverted "):
             self._budget.control_reverts += 1
-            schedule = current_schedule()
-            if schedule is not None:
-                schedule.reverted(self._budget.max_iterations)
             step(
                 f"openvino/int8: accuracy control reverted group {self._budget.control_reverts} of at most "
                 f"{self._budget.max_iterations} ({self._budget.left():.0f} s of budget left)"
