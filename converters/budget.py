@@ -15,7 +15,9 @@ measured. So the converter bounds it twice, and judges what comes back itself:
   attempt and keeps whichever attempt measured best, so an answer that is not a real measurement never
   decides what ships. When the time runs out before the first revert, while NNCF still ranks the layers
   (which compiles one model per group of layers, a minute on a model of fifty layers), the attempt is
-  abandoned at once instead: the rest of the ranking would be spent on answers that rank nothing.
+  abandoned at once instead: the rest of the ranking would be spent on answers that rank nothing. A later
+  ranking cannot be cut short that way (it compiles a model per group whatever the answers), so one that
+  would not end within the budget is not started: the revert that would have caused it is kept instead.
 """
 
 from __future__ import annotations
@@ -105,27 +107,52 @@ class BudgetedValidation:
         self._budget = budget
         self._float_metric: float | None = None
         self._float_values: dict[int, float] = {}
+        self._measured: float | None = None  # the latest revert's metric (the quantized model's before one)
 
     def __call__(self, compiled: Any, items: Iterable[Any]) -> tuple[float, list[float]]:
         listed = list(items)
-        if self._float_metric is not None and (self._budget.spent or self._budget.capped_control):
+        floated = self._float_metric
+        if floated is not None and (self._budget.spent or self._budget.capped_control):
             if not self._budget.capped_control:
                 self._budget.stopped_control = True
             if self._budget.control_reverts == 0:  # still ranking: what is left of it would only compile models
                 raise VariantSkippedError(
                     f"the time ran out ({self._budget.describe()}) before accuracy control reverted any layer"
                 )
-            values = [self._float_values.get(id(item), self._float_metric) for item in listed]
-            whole = len(listed) == self._item_count or not values
-            return (self._float_metric if whole else sum(values) / len(values)), values
+            return self._as_float(listed, floated)
         metric, values = self._validate(compiled, listed)
         pace = self._budget.pace
         if pace is not None:
             pace.evaluated()
-        if self._float_metric is None and len(listed) == self._item_count:
+        whole = len(listed) == self._item_count
+        if floated is None and whole:
             self._float_metric = metric
             self._float_values = {id(item): value for item, value in zip(listed, values, strict=True)}
+        elif floated is not None and whole and pace is not None and pace.phase in ("start", "measuring"):
+            if self._rerank_overruns(pace, metric):
+                self._budget.stopped_control = True
+                return self._as_float(listed, floated)
+            self._measured = metric
         return metric, values
+
+    def _as_float(self, listed: list[Any], floated: float) -> tuple[float, list[float]]:
+        """The float model's figures for `listed`: what NNCF reads as "accuracy restored"."""
+        values = [self._float_values.get(id(item), floated) for item in listed]
+        whole = len(listed) == self._item_count or not values
+        return (floated if whole else sum(values) / len(values)), values
+
+    def _rerank_overruns(self, pace: ControlPace, metric: float) -> bool:
+        """The revert just measured left the metric worse than the one before it, so NNCF will undo it and rank
+        the remaining groups again, and that would not end within the budget.
+
+        Once started, a ranking runs to its end: a spent budget spares the models' runs, not their compiling,
+        which is most of the time. Ended here instead, accuracy control returns the model with this revert, as
+        the budget ending it at the next revert would have (with that one's).
+        """
+        if pace.kept_free or self._measured is None or metric >= self._measured:
+            return False
+        seconds = pace.rerank_seconds()
+        return seconds is not None and seconds > self._budget.left()
 
 
 @contextmanager

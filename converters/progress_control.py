@@ -109,6 +109,13 @@ class ControlPace:
     def rerank_chance(self) -> float:
         return (self.reranks + PRIOR_RERANKS) / (self.decisions + PRIOR_DECISIONS)
 
+    def rerank_seconds(self) -> float | None:
+        """What ranking the groups again would take, were the revert being measured undone."""
+        each = self.seconds_per_evaluation()
+        if each is None or self.groups is None:
+            return None
+        return (self.groups - (self.reverts - self.reranks) + 1) * each
+
     def seconds_per_evaluation(self) -> float | None:
         """The mean time between the latest evaluations since the first ranking began: those before it (of the
         float and the quantized model) follow the quantization, which is not an evaluation."""

@@ -98,6 +98,37 @@ def test_the_caps_last_revert_ends_accuracy_control_without_a_measurement() -> N
     assert ran == ["98", "12"] and budget.capped_control and not budget.stopped_control
 
 
+@pytest.mark.parametrize(("budget_seconds", "stopped"), [(40.0, True), (60.0, False)])
+def test_a_re_ranking_that_would_not_end_within_the_budget_is_not_started(budget_seconds: float, stopped: bool) -> None:
+    clock = SteppedClock()
+    budget = RecoveryBudget(budget_seconds, 20, clock=clock)
+    budget.start_control()
+    assert budget.pace is not None
+    items = [("a", 0), ("b", 1)]
+
+    def validate(model: Any, batch: Iterable[tuple[str, int]]) -> tuple[float, list[float]]:
+        clock.now += 2.0  # every evaluation takes 2 s
+        values = [float(model) for _ in batch]
+        return float(model), values
+
+    validation = BudgetedValidation(validate, len(items), budget)
+    validation(9, items)  # the float model
+    validation(5, items)  # the quantized one
+    budget.pace.line("ORIGINAL metric is used to rank quantizers")
+    for _ in range(10):  # 10 groups ranked
+        validation(6, items)
+    budget.pace.line("Reverted 1 operations to the floating-point precision")
+    assert validation(4, items)[0] == 4  # worse, but the first revert is kept whatever it measures
+    budget.pace.line("Accuracy drop with the new quantization scope is 5 (absolute)")
+    budget.pace.line("Reverted 1 operations to the floating-point precision")
+    assert validation(7, items)[0] == 7  # better: kept
+    budget.pace.line("Accuracy drop with the new quantization scope is 2 (absolute)")
+    budget.pace.line("Reverted 1 operations to the floating-point precision")
+    # 30 s spent; worse: NNCF would rank 10 - 3 + 1 = 8 groups again, 16 s, which 40 s of budget cannot hold.
+    assert validation(6, items)[0] == (9 if stopped else 6)
+    assert budget.stopped_control is stopped and not budget.spent
+
+
 def _context(models: Path, out_dir: Path, settings: QuantizationSettings) -> tuple[BuildContext, AccuracyControl]:
     """The outlier model's int8 build, held to agreement with its ONNX Runtime outputs on every sample."""
     import onnxruntime as ort
