@@ -6,7 +6,8 @@ but the number of layers. NNCF takes an iteration cap (`max_num_iterations`) but
 where it stops short of `max_drop` it returns the model as its last revert left it, not the best it
 measured. So the converter bounds it twice, and judges what comes back itself:
 
-- the cap goes to NNCF as it is;
+- the cap goes to NNCF as it is, and its last revert ends accuracy control at once, unmeasured, instead of
+  NNCF measuring it and then ranking every remaining group again for nothing (see `BudgetedValidation`);
 - the time limit goes in through the validation function NNCF calls after every revert. Once the budget
   is spent, `BudgetedValidation` answers with the float model's own figures without running anything:
   NNCF reads that as "accuracy restored", stops, and returns the model as it stands (the groups reverted
@@ -14,7 +15,9 @@ measured. So the converter bounds it twice, and judges what comes back itself:
   attempt and keeps whichever attempt measured best, so an answer that is not a real measurement never
   decides what ships. When the time runs out before the first revert, while NNCF still ranks the layers
   (which compiles one model per group of layers, a minute on a model of fifty layers), the attempt is
-  abandoned at once instead: the rest of the ranking would be spent on answers that rank nothing.
+  abandoned at once instead: the rest of the ranking would be spent on answers that rank nothing. A later
+  ranking cannot be cut short that way (it compiles a model per group whatever the answers), so one that
+  would not end within the budget is not started: the revert that would have caused it is kept instead.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from converters.errors import VariantSkippedError
 from converters.progress import current_schedule, step
+from converters.progress_control import ControlPace
 
 if TYPE_CHECKING:
     from converters.report import Attempt
@@ -58,12 +62,14 @@ class RecoveryBudget:
     started: float = field(init=False)
     stopped_control: bool = field(default=False, init=False)  # the last accuracy control was ended by the clock
     control_reverts: int = field(default=0, init=False)  # reverts the last accuracy control measured
+    pace: ControlPace | None = field(default=None, init=False)  # where the last accuracy control's loop stands
 
     def __post_init__(self) -> None:
         self.started = self.clock()
 
     def start_control(self) -> None:
         self.stopped_control, self.control_reverts = False, 0
+        self.pace = ControlPace(self.max_iterations, self.clock)
 
     @property
     def capped_control(self) -> bool:
@@ -88,7 +94,11 @@ class BudgetedValidation:
     """NNCF's validation function, ended by the budget: after it is spent, every model scores as the float one.
 
     The first call over every item is NNCF's float model (NNCF validates it before anything else); its
-    metric and per-item values are what a spent budget answers with.
+    metric and per-item values are what a spent budget answers with. The same answer, without running
+    anything, ends accuracy control at its cap's last revert: NNCF would otherwise measure that revert and,
+    where it made the drop worse, rank every remaining group again (a minute on 2 cores) only to undo it
+    and stop. The model it returns keeps that revert, one more layer in float, and is measured as every
+    attempt is.
     """
 
     def __init__(self, validate: Validate, item_count: int, budget: RecoveryBudget) -> None:
@@ -97,23 +107,52 @@ class BudgetedValidation:
         self._budget = budget
         self._float_metric: float | None = None
         self._float_values: dict[int, float] = {}
+        self._measured: float | None = None  # the latest revert's metric (the quantized model's before one)
 
     def __call__(self, compiled: Any, items: Iterable[Any]) -> tuple[float, list[float]]:
         listed = list(items)
-        if self._float_metric is not None and self._budget.spent:
-            self._budget.stopped_control = True
+        floated = self._float_metric
+        if floated is not None and (self._budget.spent or self._budget.capped_control):
+            if not self._budget.capped_control:
+                self._budget.stopped_control = True
             if self._budget.control_reverts == 0:  # still ranking: what is left of it would only compile models
                 raise VariantSkippedError(
                     f"the time ran out ({self._budget.describe()}) before accuracy control reverted any layer"
                 )
-            values = [self._float_values.get(id(item), self._float_metric) for item in listed]
-            whole = len(listed) == self._item_count or not values
-            return (self._float_metric if whole else sum(values) / len(values)), values
+            return self._as_float(listed, floated)
         metric, values = self._validate(compiled, listed)
-        if self._float_metric is None and len(listed) == self._item_count:
+        pace = self._budget.pace
+        if pace is not None:
+            pace.evaluated()
+        whole = len(listed) == self._item_count
+        if floated is None and whole:
             self._float_metric = metric
             self._float_values = {id(item): value for item, value in zip(listed, values, strict=True)}
+        elif floated is not None and whole and pace is not None and pace.phase in ("start", "measuring"):
+            if self._rerank_overruns(pace, metric):
+                self._budget.stopped_control = True
+                return self._as_float(listed, floated)
+            self._measured = metric
         return metric, values
+
+    def _as_float(self, listed: list[Any], floated: float) -> tuple[float, list[float]]:
+        """The float model's figures for `listed`: what NNCF reads as "accuracy restored"."""
+        values = [self._float_values.get(id(item), floated) for item in listed]
+        whole = len(listed) == self._item_count or not values
+        return (floated if whole else sum(values) / len(values)), values
+
+    def _rerank_overruns(self, pace: ControlPace, metric: float) -> bool:
+        """The revert just measured left the metric worse than the one before it, so NNCF will undo it and rank
+        the remaining groups again, and that would not end within the budget.
+
+        Once started, a ranking runs to its end: a spent budget spares the models' runs, not their compiling,
+        which is most of the time. Ended here instead, accuracy control returns the model with this revert, as
+        the budget ending it at the next revert would have (with that one's).
+        """
+        if pace.kept_free or self._measured is None or metric >= self._measured:
+            return False
+        seconds = pace.rerank_seconds()
+        return seconds is not None and seconds > self._budget.left()
 
 
 @contextmanager
@@ -121,9 +160,12 @@ def counting_reverts(budget: RecoveryBudget) -> Iterator[None]:
     """Count accuracy control's iterations into `budget` while NNCF runs, from the line NNCF logs for each.
 
     NNCF says how many groups it reverted only in its log. Ranking also runs the validation function,
-    so counting its calls would not do.
+    so counting its calls would not do. Its lines also go to the ETA, which follows NNCF's loop by them.
     """
     budget.start_control()
+    schedule = current_schedule()
+    if schedule is not None and budget.pace is not None:
+        schedule.control_started(budget.pace)
     handler = _RevertCounter(budget)
     logger = logging.getLogger("nncf")
     level = logger.level
@@ -142,11 +184,11 @@ class _RevertCounter(logging.Handler):
         self._budget = budget
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("Reverted "):
+        message = record.getMessage()
+        if self._budget.pace is not None:
+            self._budget.pace.line(message)
+        if message.startswith("Reverted "):
             self._budget.control_reverts += 1
-            schedule = current_schedule()
-            if schedule is not None:
-                schedule.reverted(self._budget.max_iterations)
             step(
                 f"openvino/int8: accuracy control reverted group {self._budget.control_reverts} of at most "
                 f"{self._budget.max_iterations} ({self._budget.left():.0f} s of budget left)"

@@ -9,8 +9,8 @@ The ETA adds up what the stages ahead should take, each estimated from what was 
 run: the reference's run gives the time per sample, which sizes the evaluations and the int8 calibrations
 until a stage of the same kind has been timed, and from then on that stage's time stands for the rest of
 its kind. Recovery is only planned once an int8 variant is flagged; it is counted at its budget, the most
-it can take, and each attempt it finishes narrows that. Accuracy control, once it has reverted two groups,
-is counted at their pace for the reverts its cap still allows, when that ends before the budget.
+it can take, and each attempt it finishes narrows that. Accuracy control, once it has ranked its groups, is
+counted by what its loop has left (`converters.progress_control`) when that ends before the budget.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from typing import TextIO
+
+from converters.progress_control import ControlPace
 
 __all__ = [
     "ProgressHandler",
@@ -89,8 +91,7 @@ class Schedule:
     current_started: float = 0.0
     recovery_deadline: float | None = None  # on `clock`: recovery's stages together end by then
     recovery_budget: float = 0.0  # what recovery may add, while it is not known whether int8 needs it
-    reverts: list[float] = field(default_factory=list)  # on `clock`: when accuracy control reverted each group
-    revert_cap: int = 0  # the most groups it may revert
+    control: ControlPace | None = None  # what the accuracy control under way has done
 
     def __post_init__(self) -> None:
         self.started = self.clock()
@@ -111,12 +112,10 @@ class Schedule:
         ]
         self.recovery_deadline = self.clock() + seconds
 
-    def reverted(self, cap: int) -> None:
-        """Accuracy control reverted one more group of at most `cap`: from the second on, their pace says how
-        long the rest takes, which is often well within the budget (the cap ends it first)."""
+    def control_started(self, pace: ControlPace) -> None:
+        """Accuracy control starts in the current stage; `pace` follows its loop, and the ETA counts by it."""
         if self.current is not None and self.current.kind == "control":
-            self.reverts.append(self.clock())
-            self.revert_cap = cap
+            self.control = pace
 
     def end_recovery(self) -> None:
         """Attempts not started will not be: recovery succeeded or ran out of time."""
@@ -149,7 +148,7 @@ class Schedule:
     def begin_nothing(self) -> None:
         if self.current is not None and self.current.seconds is None:
             self.current.seconds = self.clock() - self.current_started
-        self.current = None
+        self.current, self.control = None, None
 
     def elapsed(self) -> float:
         return self.clock() - self.started
@@ -160,26 +159,20 @@ class Schedule:
         if per_sample is None:
             return None
         now, current, started = self.clock(), self.current, self.current_started  # the display reads from a thread
+        pace = self.control
         pending = [s for s in list(self.stages) if s.seconds is None]
         left = {id(s): self._estimate(s, per_sample) for s in pending}
         if current is not None and id(current) in left:
             left[id(current)] = max(left[id(current)] - (now - started), 0.0)
-            if current.kind == "control" and len(self.reverts) >= 2:
-                left[id(current)] = self._reverts_left(now)
+            control = pace.left() if pace is not None and current.kind == "control" else None
+            if control is not None:
+                left[id(current)] = control
         recovery = sum(left[id(s)] for s in pending if s.kind in RECOVERY_KINDS)
         if self.recovery_deadline is not None:
             recovery = min(recovery, max(self.recovery_deadline - now, 0.0))
         if any(s.kind == "control" for s in pending):  # its model is measured after the budget, as every attempt
             recovery += self._estimate(_Stage("", "evaluate"), per_sample)
         return recovery + sum(left[id(s)] for s in pending if s.kind not in RECOVERY_KINDS)
-
-    def _reverts_left(self, now: float) -> float:
-        """The reverts still allowed at the pace of those done, counted from the start of accuracy control: NNCF
-        ranks the groups before the first revert and again between bursts of quick ones, and that is part of
-        what each revert costs."""
-        done = len(self.reverts)
-        pace = (self.reverts[-1] - self.current_started) / done
-        return max((self.revert_cap - done) * pace - (now - self.reverts[-1]), 0.0)
 
     def _per_sample(self) -> float | None:
         """Seconds per sample of the reference's run: the pace everything else is first estimated from."""

@@ -79,6 +79,56 @@ def test_once_spent_every_model_scores_as_the_float_one_and_nothing_runs() -> No
     assert ran == ["987", "111", "222"] and budget.stopped_control and budget.left() == 0.0
 
 
+def test_the_caps_last_revert_ends_accuracy_control_without_a_measurement() -> None:
+    budget = RecoveryBudget(3600.0, 2, clock=SteppedClock())
+    items = [("a", 0), ("b", 1)]
+    ran: list[str] = []
+
+    def validate(model: Any, batch: Iterable[tuple[str, int]]) -> tuple[float, list[float]]:
+        values = [float(model[index]) for _, index in batch]
+        ran.append(model)
+        return sum(values) / len(values), values
+
+    validation = BudgetedValidation(validate, len(items), budget)
+    assert validation("98", items) == (8.5, [9.0, 8.0])  # the float model
+    budget.control_reverts = 1
+    assert validation("12", items) == (1.5, [1.0, 2.0])  # the first revert is measured
+    budget.control_reverts = 2  # the cap's last: NNCF hears "restored" and returns the model with it
+    assert validation("00", items) == (8.5, [9.0, 8.0])
+    assert ran == ["98", "12"] and budget.capped_control and not budget.stopped_control
+
+
+@pytest.mark.parametrize(("budget_seconds", "stopped"), [(40.0, True), (60.0, False)])
+def test_a_re_ranking_that_would_not_end_within_the_budget_is_not_started(budget_seconds: float, stopped: bool) -> None:
+    clock = SteppedClock()
+    budget = RecoveryBudget(budget_seconds, 20, clock=clock)
+    budget.start_control()
+    assert budget.pace is not None
+    items = [("a", 0), ("b", 1)]
+
+    def validate(model: Any, batch: Iterable[tuple[str, int]]) -> tuple[float, list[float]]:
+        clock.now += 2.0  # every evaluation takes 2 s
+        values = [float(model) for _ in batch]
+        return float(model), values
+
+    validation = BudgetedValidation(validate, len(items), budget)
+    validation(9, items)  # the float model
+    validation(5, items)  # the quantized one
+    budget.pace.line("ORIGINAL metric is used to rank quantizers")
+    for _ in range(10):  # 10 groups ranked
+        validation(6, items)
+    budget.pace.line("Reverted 1 operations to the floating-point precision")
+    assert validation(4, items)[0] == 4  # worse, but the first revert is kept whatever it measures
+    budget.pace.line("Accuracy drop with the new quantization scope is 5 (absolute)")
+    budget.pace.line("Reverted 1 operations to the floating-point precision")
+    assert validation(7, items)[0] == 7  # better: kept
+    budget.pace.line("Accuracy drop with the new quantization scope is 2 (absolute)")
+    budget.pace.line("Reverted 1 operations to the floating-point precision")
+    # 30 s spent; worse: NNCF would rank 10 - 3 + 1 = 8 groups again, 16 s, which 40 s of budget cannot hold.
+    assert validation(6, items)[0] == (9 if stopped else 6)
+    assert budget.stopped_control is stopped and not budget.spent
+
+
 def _context(models: Path, out_dir: Path, settings: QuantizationSettings) -> tuple[BuildContext, AccuracyControl]:
     """The outlier model's int8 build, held to agreement with its ONNX Runtime outputs on every sample."""
     import onnxruntime as ort
@@ -180,14 +230,21 @@ def test_an_iteration_cap_is_what_nncf_may_revert(models: Path, tmp_path: Path) 
     ctx, control = _context(models, tmp_path, QuantizationSettings())
     # Held to no loss at all, accuracy control would revert every layer; a cap of one stops it after the first.
     capped = RecoveryBudget(3600.0, 1)
+    measured_after_the_cap = []
+
+    def validate(compiled: Any, items: Iterable[Any]) -> tuple[float, list[float]]:
+        measured_after_the_cap.append(capped.capped_control)
+        return control.validate(compiled, items)
+
     nncf_log = logging.getLogger("nncf")
     level = nncf_log.level
     nncf_log.setLevel(logging.WARNING)  # as a program that quiets NNCF leaves it: reverts are still counted
     try:
-        built = quantize_int8(ctx, AccuracyControl(control.items, control.validate, 0.0, "agreement", "note"), capped)
+        built = quantize_int8(ctx, AccuracyControl(control.items, validate, 0.0, "agreement", "note"), capped)
     finally:
         nncf_log.setLevel(level)
-    assert capped.capped_control and capped.control_reverts == 1
+    assert capped.capped_control and capped.control_reverts == 1 and not capped.stopped_control
+    assert measured_after_the_cap and not any(measured_after_the_cap)  # its one revert was not measured
     found = layers(ov.Core().read_model(str(tmp_path / built.files[0])))
     assert sum(not layer.int8 for layer in found if layer.kind == "MatMul") == 1
 

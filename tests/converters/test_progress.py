@@ -18,6 +18,7 @@ from converters.progress import (
     step,
     timing,
 )
+from converters.progress_control import ControlPace
 
 
 class SteppedClock:
@@ -88,7 +89,7 @@ def test_recovery_counts_at_most_its_budget_and_attempts_not_needed_are_dropped(
     assert sum(s.name == "attempt 2: mixed preset" for s in planned.stages) == 1
 
 
-def test_accuracy_control_is_counted_at_the_pace_of_its_reverts_when_its_cap_ends_it_before_the_budget() -> None:
+def test_accuracy_control_is_counted_by_what_its_loop_has_left_when_that_ends_before_the_budget() -> None:
     clock = SteppedClock()
     planned = Schedule(calibration_samples=300, evaluation_samples=100, bench_seconds=2.0, clock=clock)
     planned.plan(["openvino/int8"])
@@ -100,18 +101,41 @@ def test_accuracy_control_is_counted_at_the_pace_of_its_reverts_when_its_cap_end
     clock.now += 10.0  # the evaluation of accuracy control's model, after it, is estimated at this: 10 s
     planned.plan_recovery([("attempt 2: accuracy control", True)], 120.0)
     planned.begin("attempt 2: accuracy control")
-    clock.now += 2.0  # ranking the groups, then the first revert: no pace yet, the budget bounds it
-    planned.reverted(cap=10)
-    assert planned.eta() == pytest.approx(118.0 + 10.0)
+    pace = ControlPace(3, clock)
+    planned.control_started(pace)
+    for _ in range(2):  # NNCF evaluates the float and the quantized model
+        clock.now += 1.0
+        pace.evaluated()
+    pace.line("ORIGINAL metric is used to rank quantizers")
+    for _ in range(5):  # then ranks 5 groups, 2 s each: how many there are is not known until it is over
+        clock.now += 2.0
+        pace.evaluated()
+        assert planned.eta() == pytest.approx(120.0 - (clock.now - 150.0) + 10.0)  # the budget bounds it
+    pace.line("Reverted 1 operations to the floating-point precision")
+    # Revert 1 measured (2 s); kept whatever it measures, so no re-ranking; revert 2 measured (2 s); a third
+    # of the time undone and 5 - 2 + 1 = 4 groups ranked again (8 s); revert 3, the cap's last, is not measured.
+    assert planned.eta() == pytest.approx(2.0 + 2.0 + 8.0 / 3 + 10.0)
     clock.now += 2.0
-    planned.reverted(cap=10)  # 2 s a revert since accuracy control began: 8 more take 16 s, well within the budget
-    assert planned.eta() == pytest.approx(16.0 + 10.0)
-    clock.now += 1.0
-    assert planned.eta() == pytest.approx(15.0 + 10.0)
-    for _ in range(3):
-        clock.now += 20.0  # slower reverts: 13 s each since the start, 5 more would take 65 s; 55 s of budget left
-        planned.reverted(cap=10)
-    assert planned.eta() == pytest.approx(55.0 + 10.0)
+    pace.evaluated()
+    pace.line("Accuracy drop with the new quantization scope is 2.5 (absolute)")
+    pace.line("Reverted 1 operations to the floating-point precision")
+    clock.now += 0.5
+    assert planned.eta() == pytest.approx(1.5 + 8.0 / 3 + 10.0)
+    clock.now += 1.5
+    pace.evaluated()
+    pace.line("Accuracy drop with the new quantization scope is 2.6 (absolute)")
+    pace.line("Re-calculating ranking scores for remaining groups")
+    assert planned.eta() == pytest.approx(4 * 2.0 + 10.0)  # ranking the 4 groups; then revert 3 ends it
+    for _ in range(2):
+        clock.now += 30.0  # the machine got busy: the mean over the evaluations since ranking began shows it
+        pace.evaluated()
+    assert planned.eta() == pytest.approx(2 * (226.0 - 152.0) / 9 + 10.0)
+    clock.now += 20.0  # overdue: at least the one evaluation after this is left
+    assert planned.eta() == pytest.approx((226.0 - 152.0) / 9 + 10.0)
+    clock.now += 20.0  # and never more than the budget, which ends at 270 s
+    assert planned.eta() == pytest.approx(4.0 + 10.0)
+    planned.begin_nothing()
+    assert planned.control is None  # a later accuracy control starts afresh
 
 
 @pytest.fixture
