@@ -35,7 +35,7 @@ from converters.progress import log
 
 __all__ = ["BuildCache", "ConversionCache", "default_cache_dir", "samples_digest", "source_digest"]
 
-_FORMAT = 1  # bump when what an entry holds changes
+_FORMAT = 2  # bump when what an entry holds, or how it is computed, changes
 
 
 def default_cache_dir() -> Path:
