@@ -130,6 +130,13 @@ class AsyncRunner(ABC):
         """Start one request. The runner may read `inputs` in place until the request's callback has
         run, so the caller must not write into those arrays before then (pass a fresh array per frame)."""
 
+    def try_submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> bool:
+        """Start one request only if a slot is idle, never waiting: False (nothing started) while all are busy.
+
+        For callers that must not block, such as an event loop: a runner that cannot tell whether a slot is
+        idle answers False, and the caller queues the request for a thread that may wait in `submit`."""
+        return False
+
     @abstractmethod
     def wait_all(self) -> None: ...
 
@@ -162,6 +169,16 @@ class ThreadedAsyncRunner(AsyncRunner):
     def submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> None:
         """Raises RuntimeError after `close`: no worker is left to run the job."""
         self._slots.acquire()
+        self._start(inputs, userdata)
+
+    def try_submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> bool:
+        if not self._slots.acquire(blocking=False):
+            return False
+        self._start(inputs, userdata)
+        return True
+
+    def _start(self, inputs: Sequence[np.ndarray], userdata: Any) -> None:
+        """Hand the job to a worker, a slot already taken."""
         with self._idle:
             if self._closed:
                 self._slots.release()

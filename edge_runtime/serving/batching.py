@@ -6,6 +6,13 @@ joined along the first dimension and submitted to the model's async runner, so s
 without batching, several single requests) are in flight at once, as OpenVINO's throughput streams
 want; the runner blocks while it is full, and the queue behind it fills instead.
 
+A model served without batches takes a shorter way when it can: a request that finds nothing queued and
+a runner slot idle is started by the caller's own thread (the event loop, an MQTT worker), never waiting
+(`AsyncRunner.try_submit`), and its answer comes back from the runner's completion thread. Going through
+the batching thread would add a thread hand-over per request, which costs a model of a millisecond a
+large share of its latency. When the runner is full, requests queue as above, and the batching thread
+waits for slots.
+
 Admission is decided at the door: a queue already holding `max_queue_size` requests refuses the next
 at once (`QueueFull`: HTTP 503 with Retry-After), rather than letting every client wait longer. The door
 is before the work: a transport `reserve`s a place as soon as it knows the model, before it reads or
@@ -113,6 +120,8 @@ class InferenceQueue:
         self._samples = 0  # samples queued, for the "batch is full" rule
         self._wake = threading.Condition()
         self._closed = False
+        self._singles = batching.max_batch_size <= 1  # requests never joined: the direct way is open
+        self._starting = 0  # direct starts under way outside the lock; close waits for them
         self._runner: AsyncRunner = model.backend.async_runner(self._finished)
         self._thread = threading.Thread(target=self._form_batches, name=f"batch-{name}", daemon=True)
         self._thread.start()
@@ -148,9 +157,17 @@ class InferenceQueue:
                 raise RuntimeError(f"model {self.name} is no longer served")
             if not reserved:
                 self._check_room()
-            self._pending.append(request)
-            self._samples += size
-            self._wake.notify()
+            direct = self._singles and not self._pending
+            if not direct:
+                self._enqueue(request)
+                return
+            self._starting += 1
+        try:
+            started = self._start_directly(request)
+        finally:
+            self._direct_start_ended()
+        if not started:
+            self._queue_after_all(request)
 
     async def infer(
         self, inputs: Sequence[np.ndarray], timeout_ms: float | None = None, *, place: Place | None = None
@@ -164,6 +181,36 @@ class InferenceQueue:
 
         self.submit(inputs, done, timeout_ms, place=place)
         return await future
+
+    def _enqueue(self, request: _Request) -> None:
+        """Queue `request` for the batching thread; the lock held."""
+        self._pending.append(request)
+        self._samples += request.size
+        self._wake.notify()
+
+    def _start_directly(self, request: _Request) -> bool:
+        """Start `request` on the runner from this thread if a slot is idle; False (nothing done) when none is."""
+        batch = _Batch([request])
+        try:
+            if not self._runner.try_submit(request.inputs, batch):
+                return False
+        except Exception as error:  # as in `_run`: inputs the backend refuses come back through _finished
+            self._finished(batch, None, error)
+        self.metrics.started_directly()
+        return True
+
+    def _direct_start_ended(self) -> None:
+        with self._wake:
+            self._starting -= 1
+            if self._closed:
+                self._wake.notify_all()  # close() waits for the last one before closing the runner
+
+    def _queue_after_all(self, request: _Request) -> None:
+        """Queue a request that found every runner slot busy; refused if the model stopped being served meanwhile."""
+        with self._wake:
+            if self._closed:
+                raise RuntimeError(f"model {self.name} is no longer served")
+            self._enqueue(request)
 
     def _give_back(self) -> None:
         with self._wake:
@@ -179,8 +226,10 @@ class InferenceQueue:
         """Answer what is still queued as refused, finish what is in flight, stop the thread."""
         with self._wake:
             self._closed = True
-            self._wake.notify()
+            self._wake.notify_all()
         self._thread.join()
+        with self._wake:
+            self._wake.wait_for(lambda: self._starting == 0)
         self._runner.close()
 
     # -- the batching thread --------------------------------------------------------------------------

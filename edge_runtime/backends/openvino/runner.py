@@ -64,7 +64,19 @@ class OpenVinoAsyncRunner(AsyncRunner):
 
     def submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> None:
         self._raise_callback_error()
-        request = self._idle_requests.get()  # blocks while every request is busy: the backpressure
+        self._start(self._idle_requests.get(), inputs, userdata)  # get blocks while every request is busy
+
+    def try_submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> bool:
+        self._raise_callback_error()
+        try:
+            request = self._idle_requests.get_nowait()
+        except queue.Empty:
+            return False
+        self._start(request, inputs, userdata)
+        return True
+
+    def _start(self, request: Any, inputs: Sequence[np.ndarray], userdata: Any) -> None:
+        """Start `inputs` on `request`, an idle infer request taken from the pool."""
         with self._settled:
             if self._closed:
                 self._idle_requests.put(request)
