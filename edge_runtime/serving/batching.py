@@ -6,12 +6,13 @@ joined along the first dimension and submitted to the model's async runner, so s
 without batching, several single requests) are in flight at once, as OpenVINO's throughput streams
 want; the runner blocks while it is full, and the queue behind it fills instead.
 
-A model served without batches takes a shorter way when it can: a request that finds nothing queued and
-a runner slot idle is started by the caller's own thread (the event loop, an MQTT worker), never waiting
-(`AsyncRunner.try_submit`), and its answer comes back from the runner's completion thread. Going through
-the batching thread would add a thread hand-over per request, which costs a model of a millisecond a
-large share of its latency. When the runner is full, requests queue as above, and the batching thread
-waits for slots.
+A model served without batches needs no batching thread, and has none: a request that finds nothing
+queued and a runner slot idle is started by the caller's own thread (the event loop, an MQTT worker),
+never waiting (`AsyncRunner.try_submit`); one that finds every slot busy is queued, and started by the
+runner's own thread as soon as a slot comes free (`AsyncRunner.on_idle`), before that thread hands the
+finished request's answer back. Each thread a request crosses costs a wake-up and a turn for the GIL,
+a large share of the time of a model that runs in a millisecond; this way a request crosses only the
+two that any asynchronous runner needs (to it, and back).
 
 Admission is decided at the door: a queue already holding `max_queue_size` requests refuses the next
 at once (`QueueFull`: HTTP 503 with Retry-After), rather than letting every client wait longer. The door
@@ -108,7 +109,8 @@ class Place:
 
 
 class InferenceQueue:
-    """A served model's queue and the thread that forms its batches; `submit` and `infer` are thread-safe."""
+    """A served model's queue, and the thread that forms its batches where requests are joined; `submit` and
+    `infer` are thread-safe."""
 
     def __init__(self, name: str, model: LoadedModel, batching: Batching, metrics: ModelMetrics) -> None:
         self.name = name
@@ -120,11 +122,13 @@ class InferenceQueue:
         self._samples = 0  # samples queued, for the "batch is full" rule
         self._wake = threading.Condition()
         self._closed = False
-        self._singles = batching.max_batch_size <= 1  # requests never joined: the direct way is open
-        self._starting = 0  # direct starts under way outside the lock; close waits for them
         self._runner: AsyncRunner = model.backend.async_runner(self._finished)
-        self._thread = threading.Thread(target=self._form_batches, name=f"batch-{name}", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if batching.max_batch_size <= 1:  # requests never joined: started as slots come free, by whoever frees one
+            self._runner.on_idle = self._start_queued
+        else:
+            self._thread = threading.Thread(target=self._form_batches, name=f"batch-{name}", daemon=True)
+            self._thread.start()
 
     # -- the door -------------------------------------------------------------------------------------
 
@@ -157,17 +161,12 @@ class InferenceQueue:
                 raise RuntimeError(f"model {self.name} is no longer served")
             if not reserved:
                 self._check_room()
-            direct = self._singles and not self._pending
-            if not direct:
-                self._enqueue(request)
+            if self._thread is None and not self._pending and self._start(request):
+                self.metrics.started_directly()
                 return
-            self._starting += 1
-        try:
-            started = self._start_directly(request)
-        finally:
-            self._direct_start_ended()
-        if not started:
-            self._queue_after_all(request)
+            self._pending.append(request)
+            self._samples += size
+            self._wake.notify()
 
     async def infer(
         self, inputs: Sequence[np.ndarray], timeout_ms: float | None = None, *, place: Place | None = None
@@ -182,35 +181,33 @@ class InferenceQueue:
         self.submit(inputs, done, timeout_ms, place=place)
         return await future
 
-    def _enqueue(self, request: _Request) -> None:
-        """Queue `request` for the batching thread; the lock held."""
-        self._pending.append(request)
-        self._samples += request.size
-        self._wake.notify()
-
-    def _start_directly(self, request: _Request) -> bool:
-        """Start `request` on the runner from this thread if a slot is idle; False (nothing done) when none is."""
+    def _start(self, request: _Request) -> bool:
+        """Start one request on the runner if a slot is idle, never waiting; False (nothing done) when none is.
+        The lock is held: whoever frees a slot next finds the request queued, or this has found the slot."""
         batch = _Batch([request])
         try:
             if not self._runner.try_submit(request.inputs, batch):
                 return False
         except Exception as error:  # as in `_run`: inputs the backend refuses come back through _finished
             self._finished(batch, None, error)
-        self.metrics.started_directly()
         return True
 
-    def _direct_start_ended(self) -> None:
+    def _start_queued(self) -> None:
+        """A runner slot came free (on the runner's thread): start queued requests while slots last. Requests
+        past their deadline are answered as timed out and never run."""
         with self._wake:
-            self._starting -= 1
-            if self._closed:
-                self._wake.notify_all()  # close() waits for the last one before closing the runner
-
-    def _queue_after_all(self, request: _Request) -> None:
-        """Queue a request that found every runner slot busy; refused if the model stopped being served meanwhile."""
-        with self._wake:
-            if self._closed:
-                raise RuntimeError(f"model {self.name} is no longer served")
-            self._enqueue(request)
+            while self._pending and not self._closed:
+                request = self._pending[0]
+                now = time.monotonic()
+                if now <= request.deadline and not self._start(request):
+                    return
+                self._pending.popleft()
+                self._samples -= request.size
+                if now > request.deadline:
+                    self.metrics.timed_out()
+                    request.done(None, RequestTimedOut(self.name, (now - request.queued_at) * 1000))
+                else:
+                    self.metrics.queued((now - request.queued_at) * 1000)
 
     def _give_back(self) -> None:
         with self._wake:
@@ -226,10 +223,11 @@ class InferenceQueue:
         """Answer what is still queued as refused, finish what is in flight, stop the thread."""
         with self._wake:
             self._closed = True
-            self._wake.notify_all()
-        self._thread.join()
-        with self._wake:
-            self._wake.wait_for(lambda: self._starting == 0)
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join()  # it answers what is left, once the last batch it formed is submitted
+        else:
+            self._refuse_leftover()
         self._runner.close()
 
     # -- the batching thread --------------------------------------------------------------------------
@@ -238,6 +236,9 @@ class InferenceQueue:
         while (batch := self._next_batch()) is not None:
             if batch:
                 self._run(batch)
+        self._refuse_leftover()
+
+    def _refuse_leftover(self) -> None:
         with self._wake:
             leftover, self._pending = list(self._pending), deque()
         for request in leftover:

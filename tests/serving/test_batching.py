@@ -17,7 +17,7 @@ import pytest
 from edge_runtime.backends.base import Outputs
 from edge_runtime.package.loader import open_package
 from edge_runtime.placement.model import LoadedModel, load_model
-from edge_runtime.serving.batching import Batching, InferenceQueue, QueueFull
+from edge_runtime.serving.batching import Batching, InferenceQueue, QueueFull, RequestTimedOut
 from edge_runtime.serving.metrics import ModelMetrics
 
 
@@ -26,6 +26,23 @@ def classifier(batch_classifier: Path) -> Iterator[LoadedModel]:
     model = load_model(open_package(batch_classifier), "onnx/fp32", "onnxruntime")
     yield model
     model.backend.close()
+
+
+@pytest.fixture(params=["onnxruntime", "openvino"])
+def any_classifier(batch_classifier: Path, request: pytest.FixtureRequest) -> Iterator[LoadedModel]:
+    """The classifier on either kind of runner: ONNX Runtime's frees a slot after its callback, OpenVINO's before."""
+    model = load_model(open_package(batch_classifier), "onnx/fp32", request.param)
+    yield model
+    model.backend.close()
+
+
+def _capacity(model: LoadedModel) -> int:
+    """The slots of the runner a queue gets for `model` (the backend's own count)."""
+    runner = model.backend.async_runner(lambda *_: None)
+    try:
+        return runner.capacity
+    finally:
+        runner.close()
 
 
 class Answers:
@@ -124,7 +141,7 @@ def test_requests_queue_while_every_slot_is_busy_and_run_once_one_frees(classifi
     """The ONNX runner holds a slot until its callback returns: callbacks that wait keep every slot busy."""
     metrics = ModelMetrics()
     queue = InferenceQueue("classifier", classifier, Batching(max_batch_size=0, max_queue_size=100), metrics)
-    capacity = classifier.backend.async_runner(lambda *_: None).capacity  # what the queue's runner was given
+    capacity = _capacity(classifier)
     samples = _samples(capacity + 10)
     answers = Answers(len(samples))
     release = threading.Event()
@@ -153,13 +170,14 @@ def test_requests_queue_while_every_slot_is_busy_and_run_once_one_frees(classifi
     assert metrics.direct_count == capacity and metrics.execution_count == len(samples)
 
 
-def test_a_concurrent_burst_answers_every_request_exactly_once(classifier: LoadedModel) -> None:
+def test_a_concurrent_burst_answers_every_request_exactly_once(any_classifier: LoadedModel) -> None:
     metrics = ModelMetrics()
-    queue = InferenceQueue("classifier", classifier, Batching(max_batch_size=0, max_queue_size=1000), metrics)
+    queue = InferenceQueue("classifier", any_classifier, Batching(max_batch_size=0, max_queue_size=1000), metrics)
     samples = _samples(400)
     calls: dict[int, int] = dict.fromkeys(range(len(samples)), 0)
     answers = Answers(len(samples))
     lock = threading.Lock()
+    threads: set[str] = set()
 
     def counted(key: int) -> Callable[[Outputs | None, BaseException | None], None]:
         done = answers.done_for(key)
@@ -167,6 +185,7 @@ def test_a_concurrent_burst_answers_every_request_exactly_once(classifier: Loade
         def count_then_done(outputs: Outputs | None, error: BaseException | None) -> None:
             with lock:
                 calls[key] += 1
+                threads.add(threading.current_thread().name)
             done(outputs, error)
 
         return count_then_done
@@ -186,14 +205,15 @@ def test_a_concurrent_burst_answers_every_request_exactly_once(classifier: Loade
         queue.close()
     assert set(calls.values()) == {1}, "a request lost or answered twice"
     assert not answers.errors
+    assert threads and not any(name.startswith("batch-") for name in threads), "singles cross no batching thread"
     for key in range(0, len(samples), 37):
-        np.testing.assert_allclose(answers.outputs[key][0], classifier.backend.infer([samples[key]])[0], rtol=1e-6)
+        np.testing.assert_allclose(answers.outputs[key][0], any_classifier.backend.infer([samples[key]])[0], rtol=1e-6)
     assert metrics.execution_count == len(samples) and 1 <= metrics.direct_count <= len(samples)
 
 
-def test_asyncio_callers_get_their_own_answers_direct_or_queued(classifier: LoadedModel) -> None:
+def test_asyncio_callers_get_their_own_answers_direct_or_queued(any_classifier: LoadedModel) -> None:
     metrics = ModelMetrics()
-    queue = InferenceQueue("classifier", classifier, Batching(max_batch_size=0, max_queue_size=1000), metrics)
+    queue = InferenceQueue("classifier", any_classifier, Batching(max_batch_size=0, max_queue_size=1000), metrics)
     samples = _samples(150)
 
     async def everything() -> list[Outputs]:
@@ -204,13 +224,13 @@ def test_asyncio_callers_get_their_own_answers_direct_or_queued(classifier: Load
     finally:
         queue.close()
     for sample, answer in zip(samples, outputs, strict=True):
-        np.testing.assert_allclose(answer[0], classifier.backend.infer([sample])[0], rtol=1e-6)
+        np.testing.assert_allclose(answer[0], any_classifier.backend.infer([sample])[0], rtol=1e-6)
     assert metrics.direct_count >= 1 and metrics.execution_count == len(samples)
 
 
-def test_close_under_load_answers_every_accepted_request_once(classifier: LoadedModel) -> None:
+def test_close_under_load_answers_every_accepted_request_once(any_classifier: LoadedModel) -> None:
     metrics = ModelMetrics()
-    queue = InferenceQueue("classifier", classifier, Batching(max_batch_size=0, max_queue_size=100), metrics)
+    queue = InferenceQueue("classifier", any_classifier, Batching(max_batch_size=0, max_queue_size=100), metrics)
     sample = _samples(1)[0]
     lock = threading.Lock()
     calls: Counter[tuple[int, int]] = Counter()
@@ -253,3 +273,35 @@ def test_close_under_load_answers_every_accepted_request_once(classifier: Loaded
     assert len(refused) == len(submitters) and all("no longer served" in str(error) for error in refused)
     assert set(calls) == accepted, "an accepted request went unanswered, or a refused one was answered"
     assert set(calls.values()) == {1}, "a request answered twice"
+
+
+def test_a_queued_single_past_its_deadline_is_answered_timed_out_when_a_slot_frees(classifier: LoadedModel) -> None:
+    metrics = ModelMetrics()
+    queue = InferenceQueue("classifier", classifier, Batching(max_batch_size=0), metrics)
+    capacity = _capacity(classifier)
+    samples = _samples(capacity + 1)
+    answers = Answers(len(samples))
+    release = threading.Event()
+
+    def held(key: int) -> Callable[[Outputs | None, BaseException | None], None]:
+        done = answers.done_for(key)
+
+        def wait_then_done(outputs: Outputs | None, error: BaseException | None) -> None:
+            release.wait(30)
+            done(outputs, error)
+
+        return wait_then_done
+
+    try:
+        for key in range(capacity):
+            queue.submit([samples[key]], held(key))
+        queue.submit([samples[capacity]], answers.done_for(capacity), timeout_ms=50)  # every slot is busy
+        time.sleep(0.2)
+        release.set()
+        assert answers.wait()
+    finally:
+        release.set()
+        queue.close()
+    assert isinstance(answers.errors.get(capacity), RequestTimedOut)
+    assert sorted(answers.outputs) == list(range(capacity))
+    assert metrics.timed_out_in_queue == 1 and metrics.execution_count == capacity

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_runtime.backends.base import AsyncRunner, Callback, Outputs
+from edge_runtime.backends.base import AsyncRunner, Callback, Outputs, idle_hook
 from edge_runtime.backends.openvino.devices import first_line
 from edge_runtime.errors import ModelMismatchError
 
@@ -121,6 +121,7 @@ class OpenVinoAsyncRunner(AsyncRunner):
             except Exception as failure:  # the plugin failed this request; the next ones may still run
                 outputs, error = None, failure
             self._idle_requests.put(request)
+            idle_hook(self.on_idle)  # before the callback: whoever waits for a request may start it at once
             self._finish(userdata, outputs, error)
 
     def _finish(self, userdata: Any, outputs: Outputs | None, error: BaseException | None) -> None:
