@@ -57,7 +57,7 @@ DATATYPES: dict[str, np.dtype[Any]] = {
     "BYTES": np.dtype(np.object_),
 }
 _BY_DTYPE = {dtype.name: name for name, dtype in DATATYPES.items() if name != "BYTES"}
-_DATATYPE_OF: dict[Any, str] = {np.dtype(dtype): name for dtype, name in _BY_DTYPE.items()}  # by dtype: no name lookup
+_DATATYPE_OF: dict[Any, str] = {**_BY_DTYPE, **{np.dtype(dtype): name for dtype, name in _BY_DTYPE.items()}}
 HEADER_LENGTH = "Inference-Header-Content-Length"
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/jpg")  # the content types of an image body
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
