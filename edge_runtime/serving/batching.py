@@ -146,7 +146,8 @@ class InferenceQueue:
     def submit(
         self, inputs: Sequence[np.ndarray], done: Done, timeout_ms: float | None = None, *, place: Place | None = None
     ) -> None:
-        """Queue one request; `done(outputs, error)` is called once, from another thread. Raises QueueFull.
+        """Queue one request, or start it at once; `done(outputs, error)` is called once, from another thread
+        (or from this one, before `submit` returns, when the backend refuses the inputs at once). Raises QueueFull.
 
         With `place`, the request takes the place `reserve` held for it (also when this raises)."""
         now = time.monotonic()
@@ -220,7 +221,7 @@ class InferenceQueue:
             raise QueueFull(self.name, waiting)
 
     def close(self) -> None:
-        """Answer what is still queued as refused, finish what is in flight, stop the thread."""
+        """Answer what is still queued as refused, finish what is in flight, stop the batching thread if any."""
         with self._wake:
             self._closed = True
             self._wake.notify()
