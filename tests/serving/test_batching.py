@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from edge_runtime.backends.base import Outputs
+from edge_runtime.errors import ModelMismatchError
 from edge_runtime.package.loader import open_package
 from edge_runtime.placement.model import LoadedModel, load_model
 from edge_runtime.serving.batching import Batching, InferenceQueue, QueueFull, RequestTimedOut
@@ -305,3 +306,21 @@ def test_a_queued_single_past_its_deadline_is_answered_timed_out_when_a_slot_fre
     assert isinstance(answers.errors.get(capacity), RequestTimedOut)
     assert sorted(answers.outputs) == list(range(capacity))
     assert metrics.timed_out_in_queue == 1 and metrics.execution_count == capacity
+
+
+def test_inputs_the_backend_refuses_are_answered_once_and_cost_no_slot(any_classifier: LoadedModel) -> None:
+    metrics = ModelMetrics()
+    queue = InferenceQueue("classifier", any_classifier, Batching(max_batch_size=0), metrics)
+    capacity = _capacity(any_classifier)
+    wrong = np.zeros((1, 3, 8, 8), np.float32)
+    answers = Answers(capacity + 2)
+    try:
+        for key in range(capacity + 1):  # more refusals than slots: a slot kept by one would block the good request
+            queue.submit([wrong], answers.done_for(key))
+        queue.submit(_samples(1), answers.done_for(capacity + 1))
+        assert answers.wait()
+    finally:
+        queue.close()
+    assert sorted(answers.errors) == list(range(capacity + 1)) and list(answers.outputs) == [capacity + 1]
+    assert all(isinstance(error, ModelMismatchError) for error in answers.errors.values())
+    assert metrics.execution_failure == capacity + 1 and metrics.inference_count == 1
