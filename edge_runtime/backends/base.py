@@ -9,6 +9,7 @@ at module import, so a box without one of them can still use the others.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from abc import ABC, abstractmethod
@@ -105,6 +106,8 @@ class BackendOptions(StrictModel):
 
 OptionsT = TypeVar("OptionsT", bound=BackendOptions)
 
+log = logging.getLogger(__name__)
+
 
 def options_as(options_type: type[OptionsT], options: BackendOptions) -> OptionsT:
     """`options` as a backend's own options class, for a backend built directly with plain BackendOptions.
@@ -120,15 +123,21 @@ class AsyncRunner(ABC):
     """Runs inferences with at most `capacity` in flight; results arrive through the callback.
 
     `submit` blocks while the runner is full, which is the backpressure a pipeline wants: the source
-    slows down instead of queueing frames without bound.
+    slows down instead of queueing frames without bound. A caller that must not block (an event loop)
+    uses `try_submit` instead, and sets `on_idle` to hear when a slot comes free.
     """
 
     capacity: int
+    on_idle: Callable[[], None] | None = None  # called on the runner's thread each time a slot comes free
 
     @abstractmethod
     def submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> None:
         """Start one request. The runner may read `inputs` in place until the request's callback has
         run, so the caller must not write into those arrays before then (pass a fresh array per frame)."""
+
+    @abstractmethod
+    def try_submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> bool:
+        """Start one request only if a slot is idle, never waiting: False (nothing started) while all are busy."""
 
     @abstractmethod
     def wait_all(self) -> None: ...
@@ -162,6 +171,16 @@ class ThreadedAsyncRunner(AsyncRunner):
     def submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> None:
         """Raises RuntimeError after `close`: no worker is left to run the job."""
         self._slots.acquire()
+        self._start(inputs, userdata)
+
+    def try_submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> bool:
+        if not self._slots.acquire(blocking=False):
+            return False
+        self._start(inputs, userdata)
+        return True
+
+    def _start(self, inputs: Sequence[np.ndarray], userdata: Any) -> None:
+        """Hand the job to a worker, a slot already taken."""
         with self._idle:
             if self._closed:
                 self._slots.release()
@@ -196,6 +215,17 @@ class ThreadedAsyncRunner(AsyncRunner):
                 with self._idle:
                     self._pending -= 1
                     self._idle.notify_all()
+                idle_hook(self.on_idle)
+
+
+def idle_hook(on_idle: Callable[[], None] | None) -> None:
+    """Call a runner's `on_idle`, if set; what it raises is logged, since no caller is there to take it."""
+    if on_idle is None:
+        return
+    try:
+        on_idle()
+    except Exception:
+        log.exception("a runner's idle hook failed")
 
 
 class Backend(ABC):

@@ -6,6 +6,14 @@ joined along the first dimension and submitted to the model's async runner, so s
 without batching, several single requests) are in flight at once, as OpenVINO's throughput streams
 want; the runner blocks while it is full, and the queue behind it fills instead.
 
+A model served without batches needs no batching thread, and has none: a request that finds nothing
+queued and a runner slot idle is started by the caller's own thread (the event loop, an MQTT worker),
+never waiting (`AsyncRunner.try_submit`); one that finds every slot busy is queued, and started by the
+runner's own thread as soon as a slot comes free (`AsyncRunner.on_idle`), before that thread hands the
+finished request's answer back. Each thread a request crosses costs a wake-up and a turn for the GIL,
+a large share of the time of a model that runs in a millisecond; this way a request crosses only the
+two that any asynchronous runner needs (to it, and back).
+
 Admission is decided at the door: a queue already holding `max_queue_size` requests refuses the next
 at once (`QueueFull`: HTTP 503 with Retry-After), rather than letting every client wait longer. The door
 is before the work: a transport `reserve`s a place as soon as it knows the model, before it reads or
@@ -101,7 +109,8 @@ class Place:
 
 
 class InferenceQueue:
-    """A served model's queue and the thread that forms its batches; `submit` and `infer` are thread-safe."""
+    """A served model's queue, and the thread that forms its batches where requests are joined; `submit` and
+    `infer` are thread-safe."""
 
     def __init__(self, name: str, model: LoadedModel, batching: Batching, metrics: ModelMetrics) -> None:
         self.name = name
@@ -114,8 +123,12 @@ class InferenceQueue:
         self._wake = threading.Condition()
         self._closed = False
         self._runner: AsyncRunner = model.backend.async_runner(self._finished)
-        self._thread = threading.Thread(target=self._form_batches, name=f"batch-{name}", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if batching.max_batch_size <= 1:  # requests never joined: started as slots come free, by whoever frees one
+            self._runner.on_idle = self._start_queued
+        else:
+            self._thread = threading.Thread(target=self._form_batches, name=f"batch-{name}", daemon=True)
+            self._thread.start()
 
     # -- the door -------------------------------------------------------------------------------------
 
@@ -133,7 +146,8 @@ class InferenceQueue:
     def submit(
         self, inputs: Sequence[np.ndarray], done: Done, timeout_ms: float | None = None, *, place: Place | None = None
     ) -> None:
-        """Queue one request; `done(outputs, error)` is called once, from another thread. Raises QueueFull.
+        """Queue one request, or start it at once; `done(outputs, error)` is called once, from another thread
+        (or from this one, before `submit` returns, when the backend refuses the inputs at once). Raises QueueFull.
 
         With `place`, the request takes the place `reserve` held for it (also when this raises)."""
         now = time.monotonic()
@@ -148,6 +162,9 @@ class InferenceQueue:
                 raise RuntimeError(f"model {self.name} is no longer served")
             if not reserved:
                 self._check_room()
+            if self._thread is None and not self._pending and self._start(request):
+                self.metrics.started_directly()
+                return
             self._pending.append(request)
             self._samples += size
             self._wake.notify()
@@ -165,6 +182,34 @@ class InferenceQueue:
         self.submit(inputs, done, timeout_ms, place=place)
         return await future
 
+    def _start(self, request: _Request) -> bool:
+        """Start one request on the runner if a slot is idle, never waiting; False (nothing done) when none is.
+        The lock is held: whoever frees a slot next finds the request queued, or this has found the slot."""
+        batch = _Batch([request])
+        try:
+            if not self._runner.try_submit(request.inputs, batch):
+                return False
+        except Exception as error:  # as in `_run`: inputs the backend refuses come back through _finished
+            self._finished(batch, None, error)
+        return True
+
+    def _start_queued(self) -> None:
+        """A runner slot came free (on the runner's thread): start queued requests while slots last. Requests
+        past their deadline are answered as timed out and never run."""
+        with self._wake:
+            while self._pending and not self._closed:
+                request = self._pending[0]
+                now = time.monotonic()
+                if now <= request.deadline and not self._start(request):
+                    return
+                self._pending.popleft()
+                self._samples -= request.size
+                if now > request.deadline:
+                    self.metrics.timed_out()
+                    request.done(None, RequestTimedOut(self.name, (now - request.queued_at) * 1000))
+                else:
+                    self.metrics.queued((now - request.queued_at) * 1000)
+
     def _give_back(self) -> None:
         with self._wake:
             self._reserved -= 1
@@ -176,11 +221,14 @@ class InferenceQueue:
             raise QueueFull(self.name, waiting)
 
     def close(self) -> None:
-        """Answer what is still queued as refused, finish what is in flight, stop the thread."""
+        """Answer what is still queued as refused, finish what is in flight, stop the batching thread if any."""
         with self._wake:
             self._closed = True
             self._wake.notify()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()  # it answers what is left, once the last batch it formed is submitted
+        else:
+            self._refuse_leftover()
         self._runner.close()
 
     # -- the batching thread --------------------------------------------------------------------------
@@ -189,6 +237,9 @@ class InferenceQueue:
         while (batch := self._next_batch()) is not None:
             if batch:
                 self._run(batch)
+        self._refuse_leftover()
+
+    def _refuse_leftover(self) -> None:
         with self._wake:
             leftover, self._pending = list(self._pending), deque()
         for request in leftover:

@@ -1,7 +1,8 @@
 """Counters of a served model, in the spirit of Triton's: what came in, what ran, and how long it waited.
 
 `inference_count` counts samples and `execution_count` the batches they ran in, so their ratio is the
-mean batch size; the batch-size histogram shows how often each size left the queue. Times are
+mean batch size; the batch-size histogram shows how often each size left the queue, and `direct_count`
+how many requests never waited in it (started by their caller's thread on an idle runner slot). Times are
 milliseconds per stage of a request's path, summed: prepare (request to input tensors), queue,
 compute (per execution) and respond (outputs to the answer), from which a reader takes means. The
 daemon puts `snapshot()` into its stats report, which the stats topic and the Prometheus endpoint
@@ -44,6 +45,7 @@ class ModelMetrics:
         self.request_failure = 0
         self.rejected_full = 0
         self.timed_out_in_queue = 0
+        self.direct_count = 0
         self.inference_count = 0
         self.execution_count = 0
         self.execution_failure = 0
@@ -77,6 +79,11 @@ class ModelMetrics:
         with self._lock:
             self.respond_ms += took_ms
 
+    def started_directly(self) -> None:
+        """One request started on the backend by its caller's thread, past the queue (see `InferenceQueue`)."""
+        with self._lock:
+            self.direct_count += 1
+
     def queued(self, waited_ms: float) -> None:
         with self._lock:
             self.queue_ms += waited_ms
@@ -100,6 +107,7 @@ class ModelMetrics:
                 "timed_out_in_queue": self.timed_out_in_queue,
                 "inference_count": self.inference_count,
                 "execution_count": self.execution_count,
+                "direct_count": self.direct_count,
                 "execution_failure": self.execution_failure,
                 "prepare_ms_total": round(self.prepare_ms, 3),
                 "queue_ms_total": round(self.queue_ms, 3),

@@ -57,6 +57,7 @@ DATATYPES: dict[str, np.dtype[Any]] = {
     "BYTES": np.dtype(np.object_),
 }
 _BY_DTYPE = {dtype.name: name for name, dtype in DATATYPES.items() if name != "BYTES"}
+_DATATYPE_OF: dict[Any, str] = {**_BY_DTYPE, **{np.dtype(dtype): name for dtype, name in _BY_DTYPE.items()}}
 HEADER_LENGTH = "Inference-Header-Content-Length"
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/jpg")  # the content types of an image body
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
@@ -100,6 +101,9 @@ class InferRequest:
 
 def datatype_of(dtype: str | np.dtype[Any]) -> str:
     """The OIP datatype of a numpy dtype (or dtype name): 'float32' -> 'FP32'."""
+    known = _DATATYPE_OF.get(dtype)
+    if known is not None:
+        return known
     name = np.dtype(dtype).name
     if name not in _BY_DTYPE:
         raise ProtocolError(f"tensors of type {name} cannot be served")
@@ -175,14 +179,15 @@ def encode_response(
     wanted = request.outputs or tuple(outputs)
     all_binary = bool(request.parameters.get("binary_data_output"))
     rows = []
-    chunks: list[bytes] = []
+    chunks: list[memoryview] = []  # the arrays' own bytes where they can be: the join is their one copy
     for name in wanted:
         array = outputs[name]
         row: dict[str, Any] = {"name": name, "datatype": datatype_of(array.dtype), "shape": list(array.shape)}
         if all_binary or name in request.binary_outputs:
-            data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
-            row["parameters"] = {"binary_data_size": len(data)}
-            chunks.append(data)
+            little = np.ascontiguousarray(array.astype(array.dtype.newbyteorder("<"), copy=False))
+            data = little.reshape(-1).view(np.uint8)
+            row["parameters"] = {"binary_data_size": data.nbytes}
+            chunks.append(data.data)
         else:
             row["data"] = _json_values(array)
         rows.append(row)
@@ -192,7 +197,7 @@ def encode_response(
     header = json.dumps(response, separators=(",", ":")).encode()
     if not chunks:
         return header, {"Content-Type": "application/json"}
-    return header + b"".join(chunks), {
+    return b"".join([header, *chunks]), {
         "Content-Type": "application/octet-stream",
         HEADER_LENGTH: str(len(header)),
     }

@@ -275,6 +275,32 @@ def test_async_runner_returns_every_result_with_its_userdata(
     assert load(tiny_onnx, max_in_flight=4).async_runner(on_result).capacity == 4
 
 
+def test_try_submit_starts_only_while_a_worker_is_free_and_never_waits(
+    tiny_onnx: Path, rng: np.random.Generator
+) -> None:
+    """A worker's slot is busy until its callback returns: callbacks that wait keep both slots busy."""
+    backend = load(tiny_onnx)
+    images = tiny_images(rng, 3)
+    release = threading.Event()
+    results: dict[int, np.ndarray] = {}
+
+    def on_result(userdata: Any, outputs: list[np.ndarray] | None, error: BaseException | None) -> None:
+        release.wait(30)
+        assert outputs is not None
+        results[userdata] = outputs[0]
+
+    runner = backend.async_runner(on_result, max_in_flight=2)
+    try:
+        assert runner.try_submit([images[0]], userdata=0) and runner.try_submit([images[1]], userdata=1)
+        assert not runner.try_submit([images[2]], userdata=2)  # returns at once: both slots are busy
+    finally:
+        release.set()
+        runner.close()
+    assert sorted(results) == [0, 1]
+    for index in (0, 1):
+        np.testing.assert_allclose(results[index], backend.infer([images[index]])[0], atol=1e-6)
+
+
 @pytest.mark.parametrize("io_binding", [False, True])
 def test_async_runner_reports_bad_inputs_through_the_callback(tiny_onnx: Path, io_binding: bool) -> None:
     errors: list[BaseException | None] = []

@@ -224,6 +224,36 @@ def test_async_runner_returns_every_result_with_its_userdata_in_order(
     assert len({result.tobytes() for result in results.values()}) == len(images)
 
 
+def test_try_submit_starts_only_on_an_idle_infer_request_and_never_waits(
+    tiny_openvino: Path, rng: np.random.Generator
+) -> None:
+    """A request goes back to the pool before its callback, and the next one only after: a callback that waits
+    holds the request behind it, which makes "every request busy" a state the test can reach for sure."""
+    backend = load_backend("openvino", source(tiny_openvino), {"hint": "throughput"})
+    images = [rng.random((1, 3, 32, 32), dtype=np.float32) for _ in range(4)]
+    entered, release = threading.Event(), threading.Event()
+    results: dict[int, np.ndarray] = {}
+
+    def on_result(userdata: Any, outputs: list[np.ndarray] | None, error: BaseException | None) -> None:
+        entered.set()
+        release.wait(30)
+        assert outputs is not None
+        results[userdata] = outputs[0]
+
+    runner = backend.async_runner(on_result, max_in_flight=2)
+    try:
+        assert runner.try_submit([images[0]], userdata=0) and runner.try_submit([images[1]], userdata=1)
+        assert entered.wait(30)  # 0's request is back in the pool; 1's waits behind 0's callback
+        assert runner.try_submit([images[2]], userdata=2)
+        assert not runner.try_submit([images[3]], userdata=3)  # returns at once: both requests are busy
+    finally:
+        release.set()
+        runner.close()
+    assert sorted(results) == [0, 1, 2]
+    for index in (0, 1, 2):
+        np.testing.assert_allclose(results[index], backend.infer([images[index]])[0], atol=1e-6)
+
+
 def test_async_runner_defaults_to_twice_the_optimal_request_count(tiny_openvino: Path) -> None:
     backend = load_backend("openvino", source(tiny_openvino), {"hint": "throughput", "max_in_flight": 1})
     runner = backend.async_runner(lambda *_: None)

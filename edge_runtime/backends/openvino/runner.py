@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_runtime.backends.base import AsyncRunner, Callback, Outputs
+from edge_runtime.backends.base import AsyncRunner, Callback, Outputs, idle_hook
 from edge_runtime.backends.openvino.devices import first_line
 from edge_runtime.errors import ModelMismatchError
 
@@ -64,7 +64,19 @@ class OpenVinoAsyncRunner(AsyncRunner):
 
     def submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> None:
         self._raise_callback_error()
-        request = self._idle_requests.get()  # blocks while every request is busy: the backpressure
+        self._start(self._idle_requests.get(), inputs, userdata)  # get blocks while every request is busy
+
+    def try_submit(self, inputs: Sequence[np.ndarray], userdata: Any = None) -> bool:
+        self._raise_callback_error()
+        try:
+            request = self._idle_requests.get_nowait()
+        except queue.Empty:
+            return False
+        self._start(request, inputs, userdata)
+        return True
+
+    def _start(self, request: Any, inputs: Sequence[np.ndarray], userdata: Any) -> None:
+        """Start `inputs` on `request`, an idle infer request taken from the pool."""
         with self._settled:
             if self._closed:
                 self._idle_requests.put(request)
@@ -109,6 +121,7 @@ class OpenVinoAsyncRunner(AsyncRunner):
             except Exception as failure:  # the plugin failed this request; the next ones may still run
                 outputs, error = None, failure
             self._idle_requests.put(request)
+            idle_hook(self.on_idle)  # before the callback: whoever waits for a request may start it at once
             self._finish(userdata, outputs, error)
 
     def _finish(self, userdata: Any, outputs: Outputs | None, error: BaseException | None) -> None:
