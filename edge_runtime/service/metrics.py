@@ -57,6 +57,7 @@ _SERVING_COUNTERS = {
     "timed_out_in_queue": "requests that waited past their timeout and never ran",
     "inference_count": "samples inferred (over execution_count: the mean batch size)",
     "execution_count": "batches (or single requests) run on the backend",
+    "direct_count": "single requests started from the thread that read them, finding the backend idle",
     "prepare_ms_total": "milliseconds spent reading requests into input tensors (parsing, image decoding), summed",
     "queue_ms_total": "milliseconds requests spent queued, summed",
     "compute_ms_total": "milliseconds executions took, summed",

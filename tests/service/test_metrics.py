@@ -23,7 +23,7 @@ def test_endpoint_serves_the_report_at_scrape_time() -> None:
         "rollout": {"rollout_id": "r-7", "stage": "rolled_back", "archives_refused": 3},
         "mqtt": {"connected": 1, "spool_depth": 0, "reconnects": 2, "broker": "10.0.0.2:1883", "broker_moves": 1},
         "serving": {"faces": {"request_success": 12, "inference_count": 12, "execution_count": 5,
-                              "batch_sizes": {"1": 2, "5": 2}}},
+                              "direct_count": 3, "batch_sizes": {"1": 2, "5": 2}}},
         "serving_refused": {"unknown_model": 4},
     }  # fmt: skip
     port = free_port()
@@ -45,5 +45,6 @@ def test_endpoint_serves_the_report_at_scrape_time() -> None:
     assert "edge_runtime_mqtt_broker_moves_total 1.0" in first
     assert 'edge_runtime_serving_inference_count_total{model="faces"} 12.0' in first
     assert 'edge_runtime_serving_execution_count_total{model="faces"} 5.0' in first
+    assert 'edge_runtime_serving_direct_count_total{model="faces"} 3.0' in first
     assert 'edge_runtime_serving_batches_total{model="faces",size="5"} 2.0' in first
     assert "edge_runtime_serving_unknown_model_requests_total 4.0" in first
