@@ -9,8 +9,8 @@ The converter builds the unpruned OpenVINO fp32 and int8 variants in the same ru
 variant against them in alternating rounds (median of the per-round ratios), so load from other work on
 the machine lands on both sides alike.
 
-    python bench/pruning.py [--size 16] [--share 0.3] [--epochs 8] [--distill-epochs 10] [--bench-seconds 4]
-        [--widths 16,32,64,128] [--paths factory,onnx] [--json out.json]
+    python bench/pruning.py [--size 16] [--share 0.3] [--round-to 8] [--epochs 8] [--distill-epochs 10]
+        [--bench-seconds 4] [--widths 16,32,64,128] [--paths factory,onnx] [--json out.json]
 
 At 16x16 the network is under 9M MACs (about 0.3 ms), and fixed per-inference and per-layer costs weigh
 as much as the arithmetic that pruning removes; every stage's MACs grow with the input's area, so at
@@ -143,7 +143,8 @@ def convert_pruned(model: str, folder: Path, args: argparse.Namespace, extra: li
         model,
         *("-o", str(folder / "package"), "--calibration", str(folder.parent / "calibration.npy")),
         *("--validation", str(folder.parent / "validation.npz"), "--variants", "openvino/fp32,openvino/int8"),
-        *("--prune-channels", str(args.share), "--distill-epochs", str(args.distill_epochs)),
+        *("--prune-channels", str(args.share), "--prune-round-to", str(args.round_to)),
+        *("--distill-epochs", str(args.distill_epochs)),
         *("--bench-seconds", str(args.bench_seconds), "--subset-size", str(TRAIN_SAMPLES), "-q", *extra),
     ]
     load_before = os.getloadavg()
@@ -185,6 +186,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=16, help="input height and width the 8x8 digits are upscaled to")
     parser.add_argument("--share", type=float, default=0.3)
+    parser.add_argument(
+        "--round-to", type=int, default=8, help="channel counts rounded to multiples of this (--prune-round-to)"
+    )
     parser.add_argument("--epochs", type=int, default=8, help="training epochs of the unpruned model")
     parser.add_argument("--distill-epochs", type=int, default=10)
     parser.add_argument("--bench-seconds", type=float, default=4.0)
@@ -222,6 +226,7 @@ def main() -> None:
         results: dict[str, Any] = {
             "size": args.size,
             "share": args.share,
+            "round_to": args.round_to,
             "widths": args.widths,
             "threads": torch.get_num_threads(),
             "train_seconds": round(train_seconds, 1),
