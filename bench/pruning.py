@@ -1,15 +1,20 @@
 """Channel pruning measured end to end: a small ResNet-18-style CNN trained on real digits, pruned by edge-convert.
 
-The model is trained here on scikit-learn's handwritten digits (8x8, upscaled to 16x16; 1,200 to train,
-597 held out), then converted twice with `--prune-channels`: once from its factory (the module itself)
-and once from its ONNX export, which the converter rebuilds with onnx2torch. Distillation uses only the
-training images, without their labels (the calibration data); top-1 is measured on the held-out images.
+The model is trained here on scikit-learn's handwritten digits (8x8, upscaled bilinearly to --size, 16x16
+by default; 1,200 to train, 597 held out), then converted twice with `--prune-channels`: once from its
+factory (the module itself) and once from its ONNX export, which the converter rebuilds with onnx2torch.
+Distillation uses only the training images, without their labels (the calibration data); top-1 is measured
+on the held-out images.
 The converter builds the unpruned OpenVINO fp32 and int8 variants in the same run and times each pruned
 variant against them in alternating rounds (median of the per-round ratios), so load from other work on
 the machine lands on both sides alike.
 
-    python bench/pruning.py [--share 0.3] [--epochs 8] [--distill-epochs 10] [--bench-seconds 4] [--widths 16,32,64,128]
-        [--paths factory,onnx] [--json out.json]
+    python bench/pruning.py [--size 16] [--share 0.3] [--round-to 8] [--epochs 8] [--distill-epochs 10]
+        [--bench-seconds 4] [--widths 16,32,64,128] [--paths factory,onnx] [--json out.json]
+
+At 16x16 the network is under 9M MACs (about 0.3 ms), and fixed per-inference and per-layer costs weigh
+as much as the arithmetic that pruning removes; every stage's MACs grow with the input's area, so at
+--size 32 or 64 the convolutions dominate as they do in a full-size model.
 
 Goals: pruned fp32 at least 1.5x the unpruned fp32 with at most 1 point of top-1 lost; pruned int8 at
 least 3x the unpruned fp32; the ONNX path within 0.5 points of the factory path.
@@ -30,7 +35,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 WEIGHTS_VARIABLE = "EDGE_BENCH_DIGITS_RESNET"  # where make_digits_resnet reads its weights (.npz, no pickle)
-INPUT_SHAPE = (1, 1, 16, 16)
+SIZE_VARIABLE = "EDGE_BENCH_DIGITS_SIZE"  # the input's height and width, which the ONNX export and --input-shape fix
 TRAIN_SAMPLES = 1200
 WIDTHS_VARIABLE = "EDGE_BENCH_DIGITS_WIDTHS"  # the stage widths make_digits_resnet builds, e.g. 16,32,64,128
 WIDTHS = (16, 32, 64, 128)
@@ -40,13 +45,22 @@ def widths() -> tuple[int, ...]:
     return tuple(int(w) for w in os.environ.get(WIDTHS_VARIABLE, ",".join(map(str, WIDTHS))).split(","))
 
 
-def digits_16() -> tuple[np.ndarray, np.ndarray]:
-    """The digits scaled to 0-1, upscaled 2x to 16x16: (1797, 1, 16, 16) float32, and their labels."""
+def input_shape() -> tuple[int, int, int, int]:
+    size = int(os.environ.get(SIZE_VARIABLE, "16"))
+    return (1, 1, size, size)
+
+
+def digits(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The digits scaled to 0-1 and upscaled bilinearly to size x size: (1797, 1, size, size) float32, and their
+    labels. Bilinear rather than repeated pixels, so that a larger input carries smooth strokes, not 8x8 blocks
+    that the first convolutions would see as flat squares with sharp edges."""
+    import torch
     from sklearn.datasets import load_digits
 
-    digits = load_digits()
-    images = (digits.images / 16.0).astype(np.float32)[:, None]
-    return np.repeat(np.repeat(images, 2, axis=2), 2, axis=3), digits.target.astype(np.int64)
+    data = load_digits()
+    images = torch.from_numpy((data.images / 16.0).astype(np.float32)[:, None])
+    upscaled = torch.nn.functional.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
+    return upscaled.clamp(0.0, 1.0).numpy(), data.target.astype(np.int64)
 
 
 def build_resnet() -> Any:
@@ -129,9 +143,11 @@ def convert_pruned(model: str, folder: Path, args: argparse.Namespace, extra: li
         model,
         *("-o", str(folder / "package"), "--calibration", str(folder.parent / "calibration.npy")),
         *("--validation", str(folder.parent / "validation.npz"), "--variants", "openvino/fp32,openvino/int8"),
-        *("--prune-channels", str(args.share), "--distill-epochs", str(args.distill_epochs)),
+        *("--prune-channels", str(args.share), "--prune-round-to", str(args.round_to)),
+        *("--distill-epochs", str(args.distill_epochs)),
         *("--bench-seconds", str(args.bench_seconds), "--subset-size", str(TRAIN_SAMPLES), "-q", *extra),
     ]
+    load_before = os.getloadavg()
     started = time.monotonic()
     report = convert(options_from(build_parser().parse_args(argv)))
     summary = report.channel_pruning
@@ -139,6 +155,7 @@ def convert_pruned(model: str, folder: Path, args: argparse.Namespace, extra: li
     rows = {r.variant_id: r for r in [*report.variants]}
     return {
         "seconds": round(time.monotonic() - started, 1),
+        "load": [load_before, os.getloadavg()],
         "macs": [summary.macs_before, summary.macs_after],
         "params": [summary.params_before, summary.params_after],
         "top1_pytorch": {
@@ -150,7 +167,14 @@ def convert_pruned(model: str, folder: Path, args: argparse.Namespace, extra: li
         "top1_unpruned_variants": {r.variant_id: r.accuracy.top1 if r.accuracy else None for r in report.unpruned},
         "flagged": [vid for vid, r in rows.items() if r.flagged],
         "speedups": [
-            {"pruned": s.variant_id, "against": s.against, "ratio": round(s.ratio, 3), "rounds": s.rounds}
+            {
+                "pruned": s.variant_id,
+                "against": s.against,
+                "ratio": round(s.ratio, 3),
+                "rounds": s.rounds,
+                "ms": [round(s.pruned_ms, 4), round(s.unpruned_ms, 4)],
+                "cpu_ms": [round(s.pruned_cpu_ms or 0, 4), round(s.unpruned_cpu_ms or 0, 4)],
+            }
             for s in report.speedups
         ],
         "distill_seconds": summary.distillation.seconds if summary.distillation else None,
@@ -160,7 +184,11 @@ def convert_pruned(model: str, folder: Path, args: argparse.Namespace, extra: li
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=16, help="input height and width the 8x8 digits are upscaled to")
     parser.add_argument("--share", type=float, default=0.3)
+    parser.add_argument(
+        "--round-to", type=int, default=8, help="channel counts rounded to multiples of this (--prune-round-to)"
+    )
     parser.add_argument("--epochs", type=int, default=8, help="training epochs of the unpruned model")
     parser.add_argument("--distill-epochs", type=int, default=10)
     parser.add_argument("--bench-seconds", type=float, default=4.0)
@@ -170,14 +198,19 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
+    if args.size < 8:
+        parser.error(f"--size {args.size}: the digits are 8x8, give 8 or more")
     os.environ[WIDTHS_VARIABLE] = args.widths
-    images, labels = digits_16()
+    os.environ[SIZE_VARIABLE] = str(args.size)
+    images, labels = digits(args.size)
     rng = np.random.default_rng(0)
     order = rng.permutation(len(images))
     train_index, test_index = order[:TRAIN_SAMPLES], order[TRAIN_SAMPLES:]
     with tempfile.TemporaryDirectory(prefix="bench-pruning-") as scratch:
         folder = Path(scratch)
+        started = time.monotonic()
         model = train(images[train_index], labels[train_index], args.epochs, seed=0)
+        train_seconds = time.monotonic() - started
         weights = folder / "digits_resnet.npz"
         np.savez(weights, **{name: t.detach().numpy() for name, t in model.state_dict().items()})
         os.environ[WEIGHTS_VARIABLE] = str(weights)
@@ -185,17 +218,26 @@ def main() -> None:
         np.savez(folder / "validation.npz", x=images[test_index], y=labels[test_index])
         onnx_file = folder / "digits_resnet.onnx"
         torch.onnx.export(
-            make_digits_resnet(), (torch.zeros(INPUT_SHAPE),), str(onnx_file), opset_version=17, dynamo=False
+            make_digits_resnet(), (torch.zeros(input_shape()),), str(onnx_file), opset_version=17, dynamo=False
         )
         sys.path.insert(0, str(Path(__file__).parent))
-        shape = ",".join(map(str, INPUT_SHAPE))
+        shape = ",".join(map(str, input_shape()))
         paths = args.paths.split(",")
-        results: dict[str, Any] = {"share": args.share, "widths": args.widths, "threads": torch.get_num_threads()}
+        results: dict[str, Any] = {
+            "size": args.size,
+            "share": args.share,
+            "round_to": args.round_to,
+            "widths": args.widths,
+            "threads": torch.get_num_threads(),
+            "train_seconds": round(train_seconds, 1),
+            "load_before": os.getloadavg(),
+        }
         if "factory" in paths:
             factory = "pruning:make_digits_resnet"
             results["factory"] = convert_pruned(factory, folder / "factory", args, ["--input-shape", shape])
         if "onnx" in paths:
             results["onnx"] = convert_pruned(str(onnx_file), folder / "onnx", args, [])
+        results["load_after"] = os.getloadavg()
     text = json.dumps(results, indent=2)
     print(text)
     if args.json is not None:

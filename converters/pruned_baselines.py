@@ -5,12 +5,16 @@ settings and timed on the same machine under the same load. So when channels are
 model's fp32 and int8 variants of each backend asked for are built into the scratch folder (not shipped)
 and evaluated like every variant; then each pruned variant and its unpruned counterparts are timed in
 alternating rounds, and the speedup is the median of the per-round ratios. Alternating keeps a burst of
-other work on the machine from landing on one side only.
+other work on the machine from landing on one side only. Beside each latency goes the process CPU time per
+inference (all the backend's threads together): on a machine shared with other work, latency swings with
+the load while the CPU an inference costs moves far less, so the two together tell a slow round from a
+costly model.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -30,7 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["BASELINE_PRECISIONS", "Speedup", "baseline_ids", "build_unpruned", "compare_unpruned", "measure_speedups"]
 
 BASELINE_PRECISIONS = ("fp32", "int8")
-ROUNDS = 5
+ROUNDS = 7  # odd, so the median is one round's ratio; enough that one disturbed round cannot move it
+WARMUP = 5  # measure_latency's untimed warm-up inferences, which the CPU time of a round includes
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,8 @@ class Speedup:
     pruned_ms: float  # median latency over rounds
     unpruned_ms: float
     rounds: int
+    pruned_cpu_ms: float | None = None  # median over rounds of process CPU time per inference
+    unpruned_cpu_ms: float | None = None
 
 
 def baseline_ids(variant_ids: tuple[str, ...]) -> tuple[str, ...]:
@@ -113,7 +120,7 @@ def measure_speedups(
         models = [load_pruned(result), *(load_unpruned(usable[vid]) for vid in against)]
         try:
             step(f"{result.variant_id}: timing against unpruned {', '.join(against)}, {ROUNDS} alternating rounds")
-            medians = _alternating_medians(models, seconds, seed)
+            medians, cpu = _alternating_medians(models, seconds, seed)
         finally:
             for model in models:
                 model.close()
@@ -127,16 +134,25 @@ def measure_speedups(
                     pruned_ms=statistics.median(medians[0]),
                     unpruned_ms=statistics.median(medians[index]),
                     rounds=ROUNDS,
+                    pruned_cpu_ms=statistics.median(cpu[0]),
+                    unpruned_cpu_ms=statistics.median(cpu[index]),
                 )
             )
     return speedups
 
 
-def _alternating_medians(models: list[LoadedModel], seconds: float, seed: int) -> list[list[float]]:
-    """Per model, the median latency (ms) of each round; every round times each model once, in turn."""
+def _alternating_medians(
+    models: list[LoadedModel], seconds: float, seed: int
+) -> tuple[list[list[float]], list[list[float]]]:
+    """Per model, the median latency (ms) of each round and its process CPU time (ms) per inference; every round
+    times each model once, in turn."""
     feeds = [bench_feed(model, seed) for model in models]
     medians: list[list[float]] = [[] for _ in models]
+    cpu: list[list[float]] = [[] for _ in models]
     for _ in range(ROUNDS):
-        for model, feed, store in zip(models, feeds, medians, strict=True):
-            store.append(measure_latency(model, feed, seconds / ROUNDS).median_ms)
-    return medians
+        for model, feed, store, cpu_store in zip(models, feeds, medians, cpu, strict=True):
+            started = time.process_time()
+            stats = measure_latency(model, feed, seconds / ROUNDS, warmup=WARMUP)
+            cpu_store.append((time.process_time() - started) * 1e3 / (stats.count + WARMUP))
+            store.append(stats.median_ms)
+    return medians, cpu

@@ -92,16 +92,22 @@ def _speedup_lines(speedups: list[Speedup], unpruned: list[VariantResult]) -> li
         return [*lines, "- Speedup: not measured (--bench-seconds 0, or no unpruned variant ran)"]
     lines += [
         "",
-        "| Pruned variant | Against unpruned | Speedup | Pruned (ms) | Unpruned (ms) | Rounds |",
-        "|---|---|---|---|---|---|",
+        "| Pruned variant | Against unpruned | Speedup | Pruned (ms) | Unpruned (ms) | CPU ms / inference, pruned "
+        "→ unpruned | Rounds |",
+        "|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| `{s.variant_id}` | `{s.against}` | {s.ratio:.2f}× | {s.pruned_ms:.3f} | {s.unpruned_ms:.3f} | {s.rounds} |"
+        f"| `{s.variant_id}` | `{s.against}` | {s.ratio:.2f}× | {s.pruned_ms:.3f} | {s.unpruned_ms:.3f} | "
+        f"{_cpu(s.pruned_cpu_ms)} → {_cpu(s.unpruned_cpu_ms)} | {s.rounds} |"
         for s in speedups
     ]
     lines.append("")
     lines.append("Speedup: median over alternating rounds of the unpruned latency over the pruned one, this machine.")
     return lines
+
+
+def _cpu(ms: float | None) -> str:
+    return "?" if ms is None else f"{ms:.3f}"
 
 
 def _count(value: int) -> str:

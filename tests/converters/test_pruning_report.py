@@ -48,8 +48,9 @@ def _report(distilled: bool, speedups: list[Speedup]) -> ConversionReport:
 
 
 def test_section_gives_macs_accuracy_and_speedups() -> None:
-    speedup = Speedup("openvino/int8", "openvino/fp32", 3.1, 0.1, 0.31, 5)
+    speedup = Speedup("openvino/int8", "openvino/fp32", 3.1, 0.1, 0.31, 7, pruned_cpu_ms=0.15, unpruned_cpu_ms=0.45)
     text = "\n".join(channel_pruning_section(_report(True, [speedup])))
+    assert "| 0.150 → 0.450 | 7 |" in text
     assert "MACs 2.00M → 1.00M (2.00× fewer)" in text
     assert "unpruned 97.00%, pruned 80.00%, pruned and distilled 96.50%" in text
     assert "10 epochs on 1200 unlabelled samples, on cpu" in text
