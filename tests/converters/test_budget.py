@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -54,17 +54,25 @@ def test_the_budget_flags_are_parsed_into_the_settings() -> None:
         options_from(build_parser().parse_args(["m.onnx", "-o", "out", "--recovery-iterations", "0"]))
 
 
-def test_once_spent_every_model_scores_as_the_float_one_and_nothing_runs() -> None:
-    clock = SteppedClock()
-    budget = RecoveryBudget(10.0, 5, clock=clock)
-    items = [("a", 0), ("b", 1), ("c", 2)]
-    ran: list[str] = []
+def _digit_validation(ran: list[str]) -> Callable[[Any, Iterable[tuple[str, int]]], tuple[float, list[float]]]:
+    """A validation function for models written as digit strings: item i scores the i-th digit, and
+    every model validated is noted in `ran`."""
 
     def validate(model: Any, batch: Iterable[tuple[str, int]]) -> tuple[float, list[float]]:
         values = [float(model[index]) for _, index in batch]
         ran.append(model)
         return sum(values) / len(values), values
 
+    return validate
+
+
+def test_once_spent_every_model_scores_as_the_float_one_and_nothing_runs() -> None:
+    clock = SteppedClock()
+    budget = RecoveryBudget(10.0, 5, clock=clock)
+    items = [("a", 0), ("b", 1), ("c", 2)]
+    ran: list[str] = []
+
+    validate = _digit_validation(ran)
     validation = BudgetedValidation(validate, len(items), budget)
     assert validation("987", items) == (8.0, [9.0, 8.0, 7.0])  # the float model, first
     assert validation("111", items) == (1.0, [1.0, 1.0, 1.0])  # the plain quantization
@@ -84,11 +92,7 @@ def test_the_caps_last_revert_ends_accuracy_control_without_a_measurement() -> N
     items = [("a", 0), ("b", 1)]
     ran: list[str] = []
 
-    def validate(model: Any, batch: Iterable[tuple[str, int]]) -> tuple[float, list[float]]:
-        values = [float(model[index]) for _, index in batch]
-        ran.append(model)
-        return sum(values) / len(values), values
-
+    validate = _digit_validation(ran)
     validation = BudgetedValidation(validate, len(items), budget)
     assert validation("98", items) == (8.5, [9.0, 8.0])  # the float model
     budget.control_reverts = 1

@@ -138,14 +138,10 @@ def test_a_request_that_finds_the_runner_idle_skips_the_queue(classifier: Loaded
     assert metrics.execution_count == len(samples)
 
 
-def test_requests_queue_while_every_slot_is_busy_and_run_once_one_frees(classifier: LoadedModel) -> None:
-    """The ONNX runner holds a slot until its callback returns: callbacks that wait keep every slot busy."""
-    metrics = ModelMetrics()
-    queue = InferenceQueue("classifier", classifier, Batching(max_batch_size=0, max_queue_size=100), metrics)
-    capacity = _capacity(classifier)
-    samples = _samples(capacity + 10)
-    answers = Answers(len(samples))
-    release = threading.Event()
+def _held_until(
+    release: threading.Event, answers: Answers
+) -> Callable[[int], Callable[[Outputs | None, BaseException | None], None]]:
+    """Callbacks that answer only once `release` is set: the ONNX runner holds a slot until its callback returns."""
 
     def held(key: int) -> Callable[[Outputs | None, BaseException | None], None]:
         done = answers.done_for(key)
@@ -156,6 +152,19 @@ def test_requests_queue_while_every_slot_is_busy_and_run_once_one_frees(classifi
 
         return wait_then_done
 
+    return held
+
+
+def test_requests_queue_while_every_slot_is_busy_and_run_once_one_frees(classifier: LoadedModel) -> None:
+    """The ONNX runner holds a slot until its callback returns: callbacks that wait keep every slot busy."""
+    metrics = ModelMetrics()
+    queue = InferenceQueue("classifier", classifier, Batching(max_batch_size=0, max_queue_size=100), metrics)
+    capacity = _capacity(classifier)
+    samples = _samples(capacity + 10)
+    answers = Answers(len(samples))
+    release = threading.Event()
+
+    held = _held_until(release, answers)
     try:
         for key, sample in enumerate(samples):
             queue.submit([sample], held(key))  # never blocks, although the runner is full after `capacity`
@@ -284,15 +293,7 @@ def test_a_queued_single_past_its_deadline_is_answered_timed_out_when_a_slot_fre
     answers = Answers(len(samples))
     release = threading.Event()
 
-    def held(key: int) -> Callable[[Outputs | None, BaseException | None], None]:
-        done = answers.done_for(key)
-
-        def wait_then_done(outputs: Outputs | None, error: BaseException | None) -> None:
-            release.wait(30)
-            done(outputs, error)
-
-        return wait_then_done
-
+    held = _held_until(release, answers)
     try:
         for key in range(capacity):
             queue.submit([samples[key]], held(key))
