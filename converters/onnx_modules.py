@@ -6,10 +6,20 @@ release and break beside any other. When torchvision is absent, onnx2torch is im
 stand-in whose functions raise, and graphs that hold either operator are refused before conversion,
 naming the node. Any other node onnx2torch cannot translate is refused the same way, and the rebuilt
 module must reproduce ONNX Runtime's outputs on a random input before it is pruned.
+
+An exported graph has its batch normalization folded into the convolutions (PyTorch's exporter does it in
+eval mode, and ONNX Runtime's basic optimizations do it otherwise), so the rebuilt module is a network
+without normalization. Fine-tuned as it is, it recovers less from pruning than the same network with its
+batch normalization: a pruned layer's outputs have new statistics, which batch normalization re-learns
+while a bare bias cannot, and its channels are ranked by weights scaled by each channel's former
+normalization rather than by their own size. `with_batch_norm` puts a batch normalization back behind
+each convolution, its statistics measured on the calibration images, so that the module computes the
+same function in eval mode and is pruned and distilled like the model it was exported from.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import sys
 import tempfile
@@ -22,7 +32,7 @@ import numpy as np
 from converters.errors import ConversionError
 from converters.sources import first_line
 
-__all__ = ["REBUILD_TOLERANCE", "onnx_module"]
+__all__ = ["REBUILD_TOLERANCE", "onnx_module", "with_batch_norm"]
 
 NEEDS_TORCHVISION = frozenset({"NonMaxSuppression", "RoiAlign"})
 REBUILD_TOLERANCE = 1e-3  # as for the converter's own exports (converters.pytorch_source.EXPORT_TOLERANCE)
@@ -137,3 +147,66 @@ def _check_rebuilt(module: Any, path: Path) -> None:
             f"{path}: the module onnx2torch rebuilt differs from ONNX Runtime by up to {difference:.3g} (over "
             f"{REBUILD_TOLERANCE:g}); {ASK_FOR_FACTORY}"
         )
+
+
+def with_batch_norm(module: Any, images: np.ndarray, batch_size: int = 64, eps: float = 1e-5) -> int:
+    """Put a batch normalization back behind each 2-D convolution of `module`, in place; how many were put back.
+
+    Each convolution's outputs (before its bias) are measured over `images`: per channel, mean m and variance
+    v. The convolution loses its bias and has each output channel's weights divided by s = sqrt(v + eps), so
+    its outputs have unit variance as a normalized layer's inputs would; the batch normalization after it
+    holds the running mean m / s and variance v / s^2, and the scale and shift that give back exactly the
+    convolution's former outputs. In eval mode nothing changes; in training mode the layer normalizes by
+    each batch's statistics, as the layer that was folded did."""
+    import torch
+
+    convolutions = [(name, m) for name, m in module.named_modules() if type(m) is torch.nn.Conv2d]
+    if not convolutions or len(images) == 0:
+        return 0
+    sums: dict[str, list[Any]] = {}
+
+    def record(name: str) -> Any:
+        def hook(layer: Any, _: Any, output: Any) -> None:
+            z = output.double()
+            if layer.bias is not None:
+                z = z - layer.bias.double().view(1, -1, 1, 1)
+            count, total, squares = sums.get(name, [0, 0.0, 0.0])
+            sums[name] = [
+                count + z.shape[0] * z.shape[2] * z.shape[3],
+                total + z.sum((0, 2, 3)),
+                squares + (z * z).sum((0, 2, 3)),
+            ]
+
+        return hook
+
+    hooks = [layer.register_forward_hook(record(name)) for name, layer in convolutions]
+    module.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(images), batch_size):
+                module(torch.from_numpy(np.ascontiguousarray(images[start : start + batch_size], np.float32)))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    for name, conv in convolutions:
+        if name not in sums:  # not on the path the images took
+            continue
+        count, total, squares = sums[name]
+        mean = total / count
+        variance = (squares / count - mean * mean).clamp_min(0.0)
+        scale = torch.sqrt(variance + eps)
+        bare = copy.deepcopy(conv)  # stride, padding, groups and all, less the bias the normalization takes over
+        bare.register_parameter("bias", None)
+        norm = torch.nn.BatchNorm2d(conv.out_channels, eps=eps)
+        running_mean, running_var = norm.running_mean, norm.running_var
+        assert running_mean is not None and running_var is not None  # tracked by default
+        bias = conv.bias.double() if conv.bias is not None else torch.zeros_like(mean)
+        with torch.no_grad():
+            bare.weight.copy_(conv.weight.double() / scale.view(-1, 1, 1, 1))
+            running_mean.copy_(mean / scale)
+            running_var.copy_(variance / scale**2)
+            norm.weight.copy_(scale * torch.sqrt(variance / scale**2 + eps))
+            norm.bias.copy_(bias + mean)
+        parent, _, attribute = name.rpartition(".")
+        setattr(module.get_submodule(parent) if parent else module, attribute, torch.nn.Sequential(bare, norm))
+    return len(sums)

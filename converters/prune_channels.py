@@ -17,7 +17,9 @@ export tolerance (`converters.pytorch_source`). That ONNX file is the source of 
 and quantization multiply.
 
 A model given as a factory is rebuilt by calling it again; every other PyTorch or ONNX source is the
-ONNX file the converter reads or exported, rebuilt as a module by `converters.onnx_modules`.
+ONNX file the converter reads or exported, rebuilt as a module by `converters.onnx_modules`, with the
+batch normalization the export folded into its convolutions put back, so that both are ranked and
+distilled as the same kind of network.
 """
 
 from __future__ import annotations
@@ -165,9 +167,12 @@ def prune_channels_source(
     if is_factory_spec(str(model)):
         module, label = _build(str(model)), f"pytorch {model}"
     else:
-        from converters.onnx_modules import onnx_module
+        from converters.onnx_modules import onnx_module, with_batch_norm
 
         module, label = onnx_module(source.path), f"{source.path.name} rebuilt by onnx2torch"
+        restored = with_batch_norm(module, _stacked(train))
+        if restored:
+            step(f"{restored} batch normalizations the export folded put back, measured on the calibration images")
     torch.manual_seed(options.seed)
     teacher = copy.deepcopy(module).eval()
     example = torch.from_numpy(_first_input(train, input_shape))
