@@ -234,7 +234,10 @@ def alternate(rounds: int, *sides: Callable[[], float]) -> list[list[float]]:
 
 
 def load(package_dir: Path, hint: str) -> LoadedModel:
-    return load_model(open_package(package_dir), VARIANT, "openvino", {"hint": hint, "precision": "fp32"})
+    """The package's OpenVINO IR on OpenVINO CPU at fp32, or its `.tflite` (which OpenVINO reads) where it has no IR."""
+    package = open_package(package_dir)
+    variant = VARIANT if VARIANT in package.manifest.variants else "tflite/fp32"
+    return load_model(package, variant, "openvino", {"hint": hint, "precision": "fp32"})
 
 
 def decoder_for(model: LoadedModel) -> Decoder:

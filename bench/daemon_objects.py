@@ -51,7 +51,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
 
 from daemon_harness import DEVICE_ID, Daemon, StillFrames, alternate, cpu_seconds, decoder_for, load  # noqa: E402
-from models import FACE_PACKAGE  # noqa: E402
+from models import FACE_PACKAGE, POSE_PACKAGE  # noqa: E402
 
 PHOTO = Path(__file__).resolve().parents[1] / "samples/images/astronaut.jpg"
 CAMERA_FPS = 30.0
@@ -63,11 +63,27 @@ FACES_STARTS = (0, 10)  # the frame each face's walk starts in
 ZONES = LINES = 10
 PIPELINE = "bench"  # the name `Daemon.run` gives its pipeline
 WARMUP_S = 1.0
-PIPELINE = "bench"  # the name `Daemon.run` gives its pipeline
-WARMUP_S = 1.0
 LOST_AFTER_S = 1.0  # the gap of 51 frames (1.7 s) ends both tracks every cycle
 
-TRACK: dict[str, Any] = {"labels": ["face"], "lost_after_s": LOST_AFTER_S, "filters": {"default": {"threshold": 0.6}}}
+
+@dataclass(frozen=True)
+class Detector:
+    """A bundled detector the scene goes through, and the label of what it finds there."""
+
+    package: Path
+    label: str
+
+
+# The face detector costs about 1 core-ms a frame; BlazePose's person detector (224×224, which finds a
+# person by the head and shoulders, as the scene shows them) about 14, as heavy as a camera's usual detector.
+DETECTORS = {
+    "face": Detector(FACE_PACKAGE, "face"),
+    "pose_detection": Detector(POSE_PACKAGE, "person"),
+}
+
+
+def track_section(label: str) -> dict[str, Any]:
+    return {"labels": [label], "lost_after_s": LOST_AFTER_S, "filters": {"default": {"threshold": 0.6}}}
 
 
 def face_crop() -> np.ndarray:
@@ -93,8 +109,9 @@ def scene_frames() -> list[np.ndarray]:
     return frames
 
 
-def objects_sections() -> dict[str, Any]:
-    """The `track`, `zones`, `lines` and `events` sections of a pipeline, as in the recipe, 10 zones and 10 lines."""
+def objects_sections(label: str = "face") -> dict[str, Any]:
+    """The `track`, `zones`, `lines` and `events` sections of a pipeline, as in the recipe, 10 zones and 10 lines,
+    for objects labelled `label`."""
     zones = {
         f"band{i}": {"polygon": [[i / ZONES, 0.0], [(i + 1) / ZONES, 0.0], [(i + 1) / ZONES, 1.0], [i / ZONES, 1.0]]}
         for i in range(ZONES)
@@ -103,7 +120,7 @@ def objects_sections() -> dict[str, Any]:
         f"line{i}": {"points": [[(i + 0.5) / LINES, 0.0], [(i + 0.5) / LINES, 1.0]], "inbound": "left"}
         for i in range(LINES)
     }
-    return {"track": TRACK, "zones": zones, "lines": lines, "events": {}}
+    return {"track": track_section(label), "zones": zones, "lines": lines, "events": {}}
 
 
 def write_clip(path: Path, cycles: int = 3) -> Path:
@@ -157,9 +174,11 @@ class TallySink:
         self.publisher.publish(topic, payload, qos, retain)
 
 
-def objects_of(daemon: Daemon, side: str) -> tuple[TrackConfig | None, list[ObjectListener], ZonesOf | None, TallySink]:
+def objects_of(
+    daemon: Daemon, side: str, label: str
+) -> tuple[TrackConfig | None, list[ObjectListener], ZonesOf | None, TallySink]:
     """What `Daemon.run` takes for a side: the tracker's config, the object outputs, where zones are asked."""
-    sections = objects_sections()
+    sections = objects_sections(label)
     tally = TallySink(daemon.publisher)
     if side == "off":
         return None, [], None, tally
@@ -175,7 +194,7 @@ def objects_of(daemon: Daemon, side: str) -> tuple[TrackConfig | None, list[Obje
         topics=Topics("edge", DEVICE_ID),
         sink=tally,
         retained=put_retained,
-        labels=["face"],
+        labels=[label],
         zones={name: ZoneConfig.model_validate(zone) for name, zone in sections["zones"].items()},
         lines={name: LineConfig.model_validate(line) for name, line in sections["lines"].items()},
         events=EventsConfig.model_validate(sections["events"]),
@@ -190,11 +209,13 @@ class SideRound:
     tally: Counter[str]  # the objects' messages over the measured seconds
 
 
-def scene_fps(daemon: Daemon, frames: list[np.ndarray], side: str, seconds: float, kept: list[SideRound]) -> float:
+def scene_fps(
+    daemon: Daemon, frames: list[np.ndarray], detector: Detector, side: str, seconds: float, kept: list[SideRound]
+) -> float:
     """Results per second through the whole daemon path on the scene, with `side`'s objects config."""
-    model = load(FACE_PACKAGE, "throughput")
+    model = load(detector.package, "throughput")
     try:
-        track, listeners, zones_of, tally = objects_of(daemon, side)
+        track, listeners, zones_of, tally = objects_of(daemon, side, detector.label)
         pipeline = daemon.run(model, SceneFrames(frames), track, listeners, zones_of)
         time.sleep(WARMUP_S)
         handed, told = daemon.connection.results_handed, Counter(tally.tally)
@@ -211,12 +232,13 @@ def scene_fps(daemon: Daemon, frames: list[np.ndarray], side: str, seconds: floa
         model.close()
 
 
-def tracking_part(daemon: Daemon, rounds: int, seconds: float) -> str:
+def tracking_part(daemon: Daemon, rounds: int, seconds: float, detector_name: str) -> str:
     """Throughput and CPU per result with tracking off, on, and on with zones, lines and events, alternating."""
-    print("tracking: face detector on the scene, off / track / track + zones, lines, events", file=sys.stderr)
-    frames = scene_frames()
+    print(f"tracking: {detector_name} on the scene, off / track / track + zones, lines, events", file=sys.stderr)
+    detector, frames = DETECTORS[detector_name], scene_frames()
     kept: dict[str, list[SideRound]] = {side: [] for side in SIDES}
-    measured = alternate(rounds, *(partial(scene_fps, daemon, frames, side, seconds, kept[side]) for side in SIDES))
+    sides = (partial(scene_fps, daemon, frames, detector, side, seconds, kept[side]) for side in SIDES)
+    measured = alternate(rounds, *sides)
     off = statistics.median(measured[0])
     table = [
         "| side | results/s (median) | × off | goal ≥ 0.97 | CPU ms per result, all | post thread | "

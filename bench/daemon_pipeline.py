@@ -20,12 +20,14 @@ tables give medians over the rounds.
 - video: an H.264 640×480 file through the pipeline (file source, policy every, not realtime)
   against a loop doing read → preprocess → infer → decode → publish at QoS 1 and wait for the ack,
   one after the other, on the face detector. Goal: pipelined ≥ 1.3× naive.
-- tracking: the face detector in the throughput setting on a scene where faces walk across and leave
+- tracking: a detector (`--detectors`: the face detector, about 1 core-ms a frame, or BlazePose's person
+  detector, about 14) in the throughput setting on a scene where people walk across and leave
   (`daemon_objects.py`), with tracking off, with `track:`, and with `track:`, 10 zones, 10 lines and
   events as docs/recipes/objects-zones-lines.md configures them; result messages per second, CPU ms per
   result by thread, and what the objects published. Goal: tracking within 3% of off.
 
     python bench/daemon_pipeline.py [--rounds 5] [--seconds 5] [--parts throughput latency video tracking]
+        [--models mobilenet_v2 face] [--detectors face pose_detection]
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ from daemon_harness import (  # noqa: E402
     decoder_for,
     load,
 )
-from daemon_objects import tracking_part  # noqa: E402
+from daemon_objects import DETECTORS, tracking_part  # noqa: E402
 from models import FACE_PACKAGE, camera_frame, h264_clip, mobilenet_v2_package  # noqa: E402
 
 WARMUP_S = 1.0
@@ -354,6 +356,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per side and round")
     parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
     parser.add_argument("--models", nargs="+", choices=("mobilenet_v2", "face"), default=("mobilenet_v2", "face"))
+    parser.add_argument(
+        "--detectors", nargs="+", choices=list(DETECTORS), default=["face"], help="the detectors the tracking part runs"
+    )
     args = parser.parse_args()
     image = camera_frame()
     with tempfile.TemporaryDirectory() as tmp, Mosquitto(Path(tmp) / "broker") as broker:
@@ -368,7 +373,9 @@ def main() -> None:
             "throughput": lambda: throughput_part(daemon, models, image, args),
             "latency": lambda: latency_part(daemon, models, image, args),
             "video": lambda: video_part(daemon, clip, frames, args.rounds),
-            "tracking": lambda: tracking_part(daemon, args.rounds, args.seconds),
+            "tracking": lambda: "\n\n".join(
+                f"{name}:\n\n{tracking_part(daemon, args.rounds, args.seconds, name)}" for name in args.detectors
+            ),
         }
         try:
             tables = [(PARTS[part], parts[part]()) for part in args.parts]

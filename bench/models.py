@@ -22,6 +22,7 @@ from edge_runtime.package.writer import describe_variant, write_package
 
 REPO = Path(__file__).resolve().parents[1]
 FACE_PACKAGE = REPO / "samples/models/face_detection_short_range"
+POSE_PACKAGE = REPO / "samples/models/pose_detection"
 ASTRONAUT_CLIP = REPO / "samples/videos/astronaut.mp4"
 
 MOBILENET_V2_INPUT = InputSpec(
