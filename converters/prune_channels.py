@@ -20,8 +20,8 @@ and quantization multiply.
 
 A model given as a factory is rebuilt by calling it again; every other PyTorch or ONNX source is the
 ONNX file the converter reads or exported, rebuilt as a module by `converters.onnx_modules`, with the
-batch normalization the export folded into its convolutions put back, so that both are ranked and
-distilled as the same kind of network.
+batch normalization the export folded into its convolutions put back, so that both are distilled as the
+same kind of network.
 """
 
 from __future__ import annotations
