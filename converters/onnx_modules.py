@@ -11,10 +11,10 @@ An exported graph has its batch normalization folded into the convolutions (PyTo
 eval mode, and ONNX Runtime's basic optimizations do it otherwise), so the rebuilt module is a network
 without normalization. Fine-tuned as it is, it recovers less from pruning than the same network with its
 batch normalization: a pruned layer's outputs have new statistics, which batch normalization re-learns
-while a bare bias cannot, and its channels are ranked by weights scaled by each channel's former
-normalization rather than by their own size. `with_batch_norm` puts a batch normalization back behind
-each convolution, its statistics measured on the calibration images, so that the module computes the
-same function in eval mode and is pruned and distilled like the model it was exported from.
+while a bare bias cannot. `with_batch_norm` puts a batch normalization back behind each convolution, its
+statistics measured on the calibration images, so that the module computes the same function in eval
+mode and is distilled like the model it was exported from. (Which channels go does not depend on it:
+`converters.channel_importance` ranks them on the folded weights, which the file holds as they were.)
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ Zeroed weights leave a dense kernel just as slow on a CPU (every backend here mu
 this removes whole channels instead: a convolution with 30% fewer output channels is a smaller dense
 convolution, and so is every layer that reads those channels. DepGraph finds the groups of layers whose
 channels must be removed together (a residual addition ties its branches, a depthwise convolution ties
-its input to its output), and ranks each group's channels by the L2 norm of their weights.
+its input to its output), and ranks each group's channels by the L2 norm of their weights as inference
+computes with them, each batch normalization folded into the layer before it (`converters.channel_importance`),
+so that a factory and its ONNX export, whose normalization is folded, remove the same channels.
 
 What is kept whole, because removing channels there costs accuracy and buys little: the first layer
 (it sees the input's few channels), every head (a layer whose outputs reach the model's outputs without
@@ -18,8 +20,8 @@ and quantization multiply.
 
 A model given as a factory is rebuilt by calling it again; every other PyTorch or ONNX source is the
 ONNX file the converter reads or exported, rebuilt as a module by `converters.onnx_modules`, with the
-batch normalization the export folded into its convolutions put back, so that both are ranked and
-distilled as the same kind of network.
+batch normalization the export folded into its convolutions put back, so that both are distilled as the
+same kind of network.
 """
 
 from __future__ import annotations
@@ -228,6 +230,8 @@ def prune_module(module: Any, example: Any, options: ChannelPruneOptions) -> dic
     import torch
     import torch_pruning as tp
 
+    from converters.channel_importance import FoldedMagnitudeImportance, folding_norms
+
     module.eval()
     names = {m: name for name, m in module.named_modules()}
     with torch.no_grad():
@@ -236,7 +240,7 @@ def prune_module(module: Any, example: Any, options: ChannelPruneOptions) -> dic
     channels_before = {names[m]: _out_channels(m) for m in _prunable_layers(module)}
     graph = tp.DependencyGraph().build_dependency(module, example_inputs=example)
     kept = _kept_whole(module, graph, example, options.keep)
-    importance = tp.importance.GroupMagnitudeImportance(p=2)
+    importance = FoldedMagnitudeImportance(folding_norms(graph), p=2)
     pruner = tp.pruner.BasePruner(
         module,
         example,
@@ -260,7 +264,7 @@ def prune_module(module: Any, example: Any, options: ChannelPruneOptions) -> dic
         f"{options.round_to}, at most {options.max_layer_share:.0%} of a layer)"
     )
     for group in pruner.step(interactive=True):
-        _prune_capped(pruner.DG, group, options)
+        _prune_capped(pruner.DG, group, importance, options)
     with torch.no_grad():
         shapes_after = _output_shapes(module(example))
     if shapes_after != shapes_before:
@@ -289,9 +293,10 @@ def prune_module(module: Any, example: Any, options: ChannelPruneOptions) -> dic
     }
 
 
-def _prune_capped(graph: Any, group: Any, options: ChannelPruneOptions) -> None:
+def _prune_capped(graph: Any, group: Any, importance: Any, options: ChannelPruneOptions) -> None:
     """Prune one group, never more than `max_layer_share` of its channels (Torch-Pruning's global ranking checks its
-    cap only before a step, so one step can take a group past it); what remains stays a multiple of `round_to`."""
+    cap only before a step, so one step can take a group past it); what remains stays a multiple of `round_to`.
+    Past the cap, the channels that go are the least important by the same `importance` that ranked them."""
     dependency, idxs = group[0]
     layer = dependency.target.module
     out = graph.is_out_channel_pruning_fn(dependency.handler)
@@ -302,10 +307,11 @@ def _prune_capped(graph: Any, group: Any, options: ChannelPruneOptions) -> None:
         group.prune()
         return
     if allowed > 0:
-        weight = layer.weight.detach().cpu().numpy()
-        rows = weight if out else np.swapaxes(weight, 0, 1)
-        scores = [float(np.linalg.norm(rows[int(index)])) for index in idxs]  # the smallest go first
-        chosen = [int(idxs[position]) for position in np.argsort(scores, kind="stable")[:allowed]]
+        whole = graph.get_pruning_group(layer, dependency.handler, list(range(channels)))
+        imp = importance(whole)
+        scores = imp.cpu().numpy() if imp is not None else np.zeros(channels)
+        ranked = [int(index) for index in idxs]
+        chosen = [ranked[position] for position in np.argsort(scores[ranked], kind="stable")[:allowed]]
         group.prune(idxs=sorted(chosen))
 
 
