@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import os
 import sys
 import threading
@@ -164,7 +165,8 @@ class Schedule:
         left = {id(s): self._estimate(s, per_sample) for s in pending}
         if current is not None and id(current) in left:
             left[id(current)] = max(left[id(current)] - (now - started), 0.0)
-            control = pace.left() if pace is not None and current.kind == "control" else None
+            budget_left = math.inf if self.recovery_deadline is None else self.recovery_deadline - now
+            control = pace.left(budget_left) if pace is not None and current.kind == "control" else None
             if control is not None:
                 left[id(current)] = control
         recovery = sum(left[id(s)] for s in pending if s.kind in RECOVERY_KINDS)

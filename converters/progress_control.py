@@ -16,13 +16,17 @@ varies is how many evaluations it makes, and NNCF's loop says exactly when it ma
 
 Whether a revert makes the drop worse cannot be known before it is measured, so the re-rankings ahead are
 counted at the rate of those seen so far in this run (each decision NNCF made: kept, or undone and
-re-ranked), starting from one in three before any is seen. The seconds per evaluation are measured on
+re-ranked), starting from one in three before any is seen. Near the end of the recovery budget, a revert
+that is undone ends accuracy control instead when what is left of the budget could not hold the
+re-ranking it would start (`converters.budget`), so the estimate ends such paths there rather than
+counting on them until the budget runs out. The seconds per evaluation are measured on
 the evaluations of this run, the recent ones, so a machine that got busier is seen soon. Until the first
 ranking is over the number of groups is not known and there is no estimate: the budget bounds it.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,13 +41,18 @@ MEASURED = "Accuracy drop with the new quantization scope"
 RANKING = "metric is used to rank quantizers"  # NNCF logs it as the first ranking starts
 
 
-def expected_evaluations(cap: int, reverts: int, reranks: int, groups: int, kept_free: bool, p: float) -> float:
+def expected_evaluations(
+    cap: int, reverts: int, reranks: int, groups: int, kept_free: bool, p: float, affordable: float = math.inf
+) -> float:
     """Evaluations NNCF is expected to make after measuring revert `reverts` (below `cap`), before deciding on
     it: its re-ranking, if it makes one, and every iteration after it but the cap's last, which ends it.
 
     `reranks` is the number of re-rankings so far, `groups` the number of groups the first ranking ranked,
     `kept_free` whether this revert is kept whatever it measured (it follows a re-ranking, or is the first),
-    and `p` the chance that a revert that is not is undone and re-ranked.
+    and `p` the chance that a revert that is not is undone and re-ranked. `affordable` is the evaluations
+    the recovery budget still allows from now: an undone revert whose re-ranking would need more than is
+    left of them ends accuracy control. What is left is counted on the evaluations expected so far, over
+    every path alike: exact while the budget is either far away or too close for any re-ranking.
     """
     # Chance of each (kept_free, re-rankings so far) before deciding on revert k: the size of a re-ranking
     # depends on how many reverts were kept, so on how many were undone.
@@ -56,11 +65,13 @@ def expected_evaluations(cap: int, reverts: int, reranks: int, groups: int, kept
                 decided[(False, done)] = decided.get((False, done), 0.0) + chance
                 continue
             kept_so_far = k - done  # revert k included, as NNCF counts its remaining groups before undoing it
-            total += chance * p * (groups - kept_so_far + 1)
-            decided[(True, done + 1)] = decided.get((True, done + 1), 0.0) + chance * p
+            size = groups - kept_so_far + 1
+            if size <= affordable - total:  # otherwise that path ends here: no ranking is started
+                total += chance * p * size
+                decided[(True, done + 1)] = decided.get((True, done + 1), 0.0) + chance * p
             decided[(False, done)] = decided.get((False, done), 0.0) + chance * (1 - p)
         if k + 1 < cap:
-            total += 1.0  # revert k + 1 measured
+            total += sum(decided.values())  # revert k + 1 measured, on every path still running
         states = decided
     return total
 
@@ -126,24 +137,27 @@ class ControlPace:
             return None
         return (times[-1] - times[0]) / (len(times) - 1)
 
-    def _after(self, reverts: int, kept_free: bool) -> float:
+    def _after(self, reverts: int, kept_free: bool, affordable: float) -> float:
         assert self.groups is not None
-        return expected_evaluations(self.cap, reverts, self.reranks, self.groups, kept_free, self.rerank_chance())
+        chance = self.rerank_chance()
+        return expected_evaluations(self.cap, reverts, self.reranks, self.groups, kept_free, chance, affordable)
 
-    def left(self) -> float | None:
-        """Seconds accuracy control should still take, or None before the first ranking is over."""
+    def left(self, budget_left: float = math.inf) -> float | None:
+        """Seconds accuracy control should still take, `budget_left` seconds before its budget ends, or None
+        before the first ranking is over."""
         each = self.seconds_per_evaluation()
         if each is None or self.groups is None:
             return None
+        affordable = budget_left / each if each > 0 else math.inf
         count = 0.0
         if self.phase == "measuring" and self.reverts < self.cap:
-            count = 1.0 + self._after(self.reverts, self.kept_free)
+            count = 1.0 + self._after(self.reverts, self.kept_free, affordable - 1.0)
         elif self.phase == "decided":
-            count = self._after(self.reverts, self.kept_free)
+            count = self._after(self.reverts, self.kept_free, affordable)
         elif self.phase == "reranking":
             size = self.groups - (self.reverts - self.reranks)
             count = max(size - (len(self.evaluations) - self.ranking_from), 0)
             if self.reverts + 1 < self.cap:
-                count += 1.0 + self._after(self.reverts + 1, True)
+                count += 1.0 + self._after(self.reverts + 1, True, affordable - count - 1.0)
         since = self.clock() - self.evaluations[-1]
         return max(count * each - since, (count - 1) * each, 0.0)

@@ -48,6 +48,37 @@ def test_the_expected_evaluations_at_the_extremes() -> None:
     assert expected_evaluations(5, 5, 2, 10, False, 1.0) == 0.0  # past the cap: nothing
 
 
+def test_an_undone_revert_whose_ranking_the_budget_cannot_hold_ends_accuracy_control() -> None:
+    # No ranking fits (10 groups, 5 evaluations left): each undone revert ends it. Half the paths end at each
+    # decision, so revert k + 1 is measured on a half, a quarter, an eighth of them; the cap's last is not.
+    assert expected_evaluations(5, 1, 0, 10, False, 0.5, affordable=5.0) == pytest.approx(0.5 + 0.25 + 0.125)
+    assert expected_evaluations(5, 1, 0, 10, False, 1.0, affordable=5.0) == 0.0  # the first decision ends it
+    # With the budget far away, as before; with room for exactly one ranking, the second undone revert ends it.
+    far = expected_evaluations(5, 1, 0, 10, False, 1.0, affordable=1e9)
+    assert far == expected_evaluations(5, 1, 0, 10, False, 1.0) == 22.0
+    assert expected_evaluations(5, 1, 0, 10, False, 1.0, affordable=12.0) == 10 + 1 + 1
+
+
+def test_the_time_left_ends_at_the_budget_when_no_ranking_fits_in_it() -> None:
+    clock = [0.0]
+    pace = ControlPace(20, clock=lambda: clock[0])
+    pace.line("ORIGINAL metric is used to rank quantizers")
+    for at in range(1, 32):  # 30 groups ranked, 1 s each
+        clock[0] = float(at)
+        pace.evaluated()
+    pace.line("Reverted 1 operations to the floating-point precision")
+    clock[0] = 32.0
+    pace.evaluated()
+    pace.line("Accuracy drop with the new quantization scope is 2.5 (absolute)")
+    unbounded = pace.left()
+    assert unbounded is not None and unbounded > 30  # re-rankings of 30 groups, one in three decisions
+    # 10 s of budget left: a ranking of about 30 groups cannot start, so each undone revert ends it. The first
+    # revert is kept whatever it measured; the second is measured, then a third of paths end at each decision.
+    near = pace.left(budget_left=10.0)
+    assert near is not None and near == pytest.approx(1.0 + sum((2 / 3) ** k for k in range(1, 18)), rel=1e-6)
+    assert near < 10.0
+
+
 def _replay(pace: ControlPace, clock: list[float], events: tuple[tuple[float, str], ...], until: float) -> None:
     for at, line in events:
         if at > until:
