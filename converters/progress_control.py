@@ -50,28 +50,37 @@ def expected_evaluations(
     `reranks` is the number of re-rankings so far, `groups` the number of groups the first ranking ranked,
     `kept_free` whether this revert is kept whatever it measured (it follows a re-ranking, or is the first),
     and `p` the chance that a revert that is not is undone and re-ranked. `affordable` is the evaluations
-    the recovery budget still allows from now: an undone revert whose re-ranking would need more than is
-    left of them ends accuracy control. What is left is counted on the evaluations expected so far, over
-    every path alike: exact while the budget is either far away or too close for any re-ranking.
+    the recovery budget still allows from now: an undone revert whose re-ranking would need more than what
+    is left of them on its path ends accuracy control there.
     """
-    # Chance of each (kept_free, re-rankings so far) before deciding on revert k: the size of a re-ranking
-    # depends on how many reverts were kept, so on how many were undone.
-    states = {(kept_free, reranks): 1.0}
+    # Chance of each (kept_free, re-rankings so far, evaluations spent since now) before deciding on revert k:
+    # the size of a re-ranking depends on how many reverts were kept, so on how many were undone, and whether
+    # it fits the budget on what its path has spent. Spending is only told apart up to the budget.
+    bounded = math.isfinite(affordable)
+    ceiling = math.ceil(affordable) + 1 if bounded else 0
+    states = {(kept_free, reranks, 0): 1.0}
     total = 0.0
     for k in range(reverts, cap):
-        decided: dict[tuple[bool, int], float] = {}
-        for (free, done), chance in states.items():
+        decided: dict[tuple[bool, int, int], float] = {}
+        for (free, done, spent), chance in states.items():
             if free:
-                decided[(False, done)] = decided.get((False, done), 0.0) + chance
+                decided[(False, done, spent)] = decided.get((False, done, spent), 0.0) + chance
                 continue
             kept_so_far = k - done  # revert k included, as NNCF counts its remaining groups before undoing it
             size = groups - kept_so_far + 1
-            if size <= affordable - total:  # otherwise that path ends here: no ranking is started
+            if size <= affordable - spent:  # otherwise that path ends here: no ranking is started
                 total += chance * p * size
-                decided[(True, done + 1)] = decided.get((True, done + 1), 0.0) + chance * p
-            decided[(False, done)] = decided.get((False, done), 0.0) + chance * (1 - p)
+                after = (True, done + 1, min(spent + size, ceiling))
+                decided[after] = decided.get(after, 0.0) + chance * p
+            decided[(False, done, spent)] = decided.get((False, done, spent), 0.0) + chance * (1 - p)
         if k + 1 < cap:
             total += sum(decided.values())  # revert k + 1 measured, on every path still running
+            if bounded:
+                measured: dict[tuple[bool, int, int], float] = {}
+                for (free, done, spent), chance in decided.items():
+                    key = (free, done, min(spent + 1, ceiling))
+                    measured[key] = measured.get(key, 0.0) + chance
+                decided = measured
         states = decided
     return total
 

@@ -48,6 +48,41 @@ def test_the_expected_evaluations_at_the_extremes() -> None:
     assert expected_evaluations(5, 5, 2, 10, False, 1.0) == 0.0  # past the cap: nothing
 
 
+def _nncf_loop_on_a_budget(cap: int, groups: int, worse: list[bool], affordable: int) -> int:
+    """Evaluations after revert 1 is measured, as `_nncf_loop` counts them, where an undone revert whose ranking
+    would need more than the evaluations left of `affordable` ends accuracy control (`converters.budget`)."""
+    evaluations, remaining, step_back = 0, groups, True
+    for iteration in range(1, cap + 1):
+        remaining -= 1
+        if iteration == cap:
+            break
+        if iteration > 1:
+            evaluations += 1
+        if not worse[iteration - 1] or step_back:
+            step_back = False
+            continue
+        if remaining + 1 > affordable - evaluations:
+            break
+        remaining += 1
+        evaluations += remaining
+        step_back = True
+    return evaluations
+
+
+@pytest.mark.parametrize("affordable", [0, 9, 14, 23, 30, 1000])
+@pytest.mark.parametrize(("cap", "groups", "p"), [(6, 10, 0.5), (7, 8, 0.3)])
+def test_the_expected_evaluations_on_a_budget_weigh_every_path_by_its_chance(
+    cap: int, groups: int, p: float, affordable: int
+) -> None:
+    expected = 0.0
+    for worse in itertools.product([False, True], repeat=cap):
+        chance = 1.0
+        for w in worse[1:]:
+            chance *= p if w else 1 - p
+        expected += chance / 2 * _nncf_loop_on_a_budget(cap, groups, list(worse), affordable)
+    assert expected_evaluations(cap, 1, 0, groups, True, p, float(affordable)) == pytest.approx(expected)
+
+
 def test_an_undone_revert_whose_ranking_the_budget_cannot_hold_ends_accuracy_control() -> None:
     # No ranking fits (10 groups, 5 evaluations left): each undone revert ends it. Half the paths end at each
     # decision, so revert k + 1 is measured on a half, a quarter, an eighth of them; the cap's last is not.
