@@ -379,7 +379,8 @@ mqtt {{
             while time.monotonic() < deadline:
                 try:
                     messages = await subscription.fetch(256, timeout=2)
-                except nats.errors.TimeoutError:
+                except asyncio.TimeoutError:  # nats-py's own subclass, or asyncio's where the deadline ran out
+                    # between the fetch's no-wait pull and its lingering one (nats-py 2.16, js/client.py)
                     info = await subscription.consumer_info()
                     if info.num_pending == 0 and info.num_ack_pending == 0:
                         await subscription.unsubscribe()
