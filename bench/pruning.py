@@ -149,6 +149,7 @@ def settled(model: Any, inputs: Any, batch_size: int = 64) -> Any:
     import torch
 
     norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    momenta = [norm.momentum for norm in norms]
     for norm in norms:
         norm.reset_running_stats()
         norm.momentum = None  # cumulative average
@@ -156,8 +157,8 @@ def settled(model: Any, inputs: Any, batch_size: int = 64) -> Any:
     with torch.no_grad():
         for start in range(0, len(inputs), batch_size):
             model(inputs[start : start + batch_size])
-    for norm in norms:
-        norm.momentum = 0.1
+    for norm, momentum in zip(norms, momenta, strict=True):
+        norm.momentum = momentum
     return model.eval()
 
 
