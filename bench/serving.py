@@ -33,8 +33,13 @@ Measured per model:
   throughput down in steps of 0.8, then two bisection steps; later rounds from 1.3 × the side's median so
   far down in steps of 0.9, then one; never below `--floor` (0.1) × the model's throughput. Every round
   restarts each side's server; sides alternate, in reversed order every other round; medians over rounds.
-  After every probe the generator waits for the server to answer single requests promptly again,
-  so that a backlog is not charged to the next probe.
+  After every probe the generator waits for the server to answer single requests promptly again, over
+  the route just probed, so that a backlog is not charged to the next probe.
+- the bound: the same search, each round beside the sides, on the model alone (serving_load's
+  `in_process`: the same Poisson arrivals started on OpenVINO's async queue in one process, no HTTP). The
+  model's closed-loop throughput is no rate a server can pass at: with random arrivals a queue forms
+  long before the streams are always busy, and its p99 crosses the bound first. The bound is what a
+  server with no cost of its own would reach, so each side's capacity is also given as a share of it.
 - CPU time per request: the server's (every process of its session, from /proc, around each probe) and
   the generator's, at a fixed `--cpu-rate` (100/s) each round and at capacity; for a model under 1 ms
   per inference also the server's outside inference (less the CPU one inference costs in-process).
@@ -81,6 +86,7 @@ from serving_report import BOUND_MS, cpu_per_request, median_of, passes, report 
 
 SIDES = ("edge", "triton-server", "pytriton-tuned", "fastapi-async", "litserve", "pytriton-basic", "naive")
 OPTIONAL_SIDES = ("edge-latency",)  # edge with `hint: latency`: one request on every core
+IN_PROCESS = "the async queue alone, open loop"  # searched beside the sides: what an ideal server reaches
 RESULTS = BENCH / "results"
 Probe = Callable[[float], dict[str, Any]]
 
@@ -158,11 +164,21 @@ class Bench:
         shown(result)
         return result
 
+    def in_process(self, model: Model, rate: float) -> Any:
+        """One open-loop probe of the model alone, on OpenVINO's async queue in the generator's process."""
+        result = self.load.run(op="in_process", xml=str(model.xml), rate=rate, seconds=self.args.seconds,
+                               warmup=1.0, abort_ms=BOUND_MS)  # fmt: skip
+        shown(result)
+        return result
+
     def mqtt_probe(self, url: str, port: int, topic: str, request: tuple[str, dict[str, str]], rate: float) -> Any:
         body, headers = request
         result = self.load.run(op="mqtt", port=port, topic=topic, body=body, content_type=headers["Content-Type"],
                                rate=rate, seconds=self.args.seconds, warmup=1.0, abort_ms=BOUND_MS)  # fmt: skip
-        self.settle(url, request)
+        settled = self.load.run(op="mqtt_settle", port=port, topic=topic, body=body,
+                                content_type=headers["Content-Type"], within_ms=2 * BOUND_MS, timeout_s=60)  # fmt: skip
+        if not settled["settled"]:
+            print(f"    the server did not settle over MQTT within {settled['waited_s']:.0f} s", flush=True)
         shown(result)
         return result
 
@@ -183,8 +199,17 @@ class Bench:
         print(f"\n{model.title}: alone {alone}", flush=True)
         run = [] if args.no_http else args.sides
         sides = {s: {"capacity": [], "probes": [], "curve": [], "at_cpu_rate": []} for s in run}
+        bound: dict[str, Any] = {"capacity": [], "probes": []}  # the async queue alone, under the same load
         for round_ in range(args.rounds):
-            for side in run if round_ % 2 == 0 else reversed(run):
+            for side in [*run, IN_PROCESS] if round_ % 2 == 0 else [IN_PROCESS, *reversed(run)]:
+                if side == IN_PROCESS:
+                    if run:
+                        print(f"  round {round_ + 1} {side} (load average {load_average():.2f})", flush=True)
+                        probe = partial(self.in_process, model)
+                        bound["capacity"].append(capacity(probe, bound["capacity"], ceiling, bound["probes"],
+                                                          args.floor, args.top))  # fmt: skip
+                        print(f"    capacity {bound['capacity'][-1]:.0f}/s", flush=True)
+                    continue
                 record: dict[str, Any] = sides[side]
                 request = model.request_for(side)
                 print(f"  round {round_ + 1} {side} (load average {load_average():.2f})", flush=True)
@@ -209,8 +234,11 @@ class Bench:
             record["median_capacity"] = statistics.median(record["capacity"])
             at_rate = [p["server_cpu_ms_per_request"] for p in record["at_cpu_rate"]]
             record["median_server_cpu_ms_at_cpu_rate"] = median_of(at_rate)
+        if bound["capacity"]:
+            bound["median_capacity"] = statistics.median(bound["capacity"])
         result: dict[str, Any] = {"model": model.title, "alone": alone, "max_batch_size": model.max_batch_size,
                                   "why_unbatched": model.why_unbatched, "sides": sides}  # fmt: skip
+        result["in_process"] = bound
         if args.mqtt_rounds and "edge" in args.sides:
             result["mqtt"] = self.mqtt(model, ceiling)
         return result

@@ -11,6 +11,13 @@ warm-up are sent but not counted.
     {"op": "mqtt", "port": 1883, "topic": ..., "body": <file>, "content_type": "image/jpeg", "rate": ...}
     {"op": "one_at_a_time", "url": ..., "body": <file>, "headers": {...}, "count": 300, "warmup": 30}
     {"op": "settle", "url": ..., "body": <file>, "headers": {...}, "within_ms": 60, "timeout_s": 60}
+    {"op": "mqtt_settle", "port": 1883, "topic": ..., "body": <file>, "content_type": ..., "within_ms": 60, ...}
+    {"op": "in_process", "xml": <OpenVINO IR>, "rate": ..., "seconds": 4, "warmup": 1}
+
+`in_process` is the bound a server is measured against: the same open loop, with no server, no HTTP and
+no second process, each request started on OpenVINO's AsyncInferQueue (the throughput hint, its optimal
+number of infer requests, the IR as exported) at its scheduled time, or as soon as a request comes free.
+It is what an ideal server would achieve on this box under the same arrivals and the same bound.
 
 With `"abort_ms": 50`, a probe stops as soon as more than 1% of the requests it is to count came back
 late, failed, or are still unanswered past the bound: its verdict is known, and an overloaded server
@@ -28,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
 import statistics
 import sys
 import threading
@@ -185,6 +193,68 @@ async def settle(command: dict[str, Any]) -> dict[str, Any]:
     return {"settled": in_a_row >= 3, "waited_s": time.perf_counter() - started}
 
 
+_compiled: dict[str, Any] = {}  # IR path -> (compiled model, an input), kept between probes
+
+
+def in_process_open_loop(command: dict[str, Any]) -> dict[str, Any]:
+    """The open loop straight into OpenVINO's AsyncInferQueue, in this process (see the module docstring)."""
+    import numpy as np
+    import openvino as ov
+
+    if command["xml"] not in _compiled:
+        core = ov.Core()
+        compiled = core.compile_model(
+            command["xml"], "CPU", {"PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_PRECISION_HINT": "f32"}
+        )
+        shape = [int(d) for d in compiled.inputs[0].get_shape()]
+        _compiled[command["xml"]] = (compiled, np.random.default_rng(0).random(shape, dtype=np.float32))
+    compiled, array = _compiled[command["xml"]]
+    rate, seconds, warmup = command["rate"], command["seconds"], command["warmup"]
+    bound_s = command.get("abort_ms", float("inf")) / 1000
+    queue = ov.AsyncInferQueue(compiled, int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+    tally = Tally()
+    lock = threading.Lock()
+
+    def finished(_request: Any, scheduled_counted: tuple[float, bool]) -> None:
+        now = time.perf_counter()
+        scheduled, counted = scheduled_counted
+        with lock:
+            tally.ok_all += 1
+            if counted:
+                tally.answered(scheduled, now, None, bound_s)
+
+    queue.set_callback(finished)
+    cpu = time.process_time()
+    start = time.perf_counter() + 0.05
+    for offset in schedule(rate, seconds, warmup, command.get("seed", 0)):
+        if tally.late > 0.01 * rate * seconds:
+            tally.aborted = True
+            break
+        delay = start + offset - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        counted = offset >= warmup
+        tally.sent += counted
+        queue.start_async([array], (start + offset, counted))  # waits for a free infer request, if none is
+    queue.wait_all()
+    return tally.summary(rate, start + warmup, start + warmup + seconds, time.process_time() - cpu)
+
+
+def mqtt_settle(command: dict[str, Any]) -> dict[str, Any]:
+    """`settle` over MQTT: after an overload the requests wait in the broker, not at the server's door, and
+    the server works them off (answering to reply topics nobody reads) before it sees the next probe's."""
+    single = command | {"rate": 1000.0, "seconds": 0.001, "warmup": 0.0}
+    started = time.perf_counter()
+    in_a_row = 0
+    while in_a_row < 3 and time.perf_counter() - started < command["timeout_s"]:
+        answer = mqtt_open_loop(single | {"one": True, "seed": in_a_row})
+        fine = answer["ok"] == 1 and answer["p50"] is not None and answer["p50"] <= command["within_ms"]
+        in_a_row = in_a_row + 1 if fine else 0
+        if not fine:
+            time.sleep(0.2)
+    return {"settled": in_a_row >= 3, "waited_s": time.perf_counter() - started}
+
+
 def mqtt_open_loop(command: dict[str, Any]) -> dict[str, Any]:
     """The same open loop over MQTT 5: Response Topic and Correlation Data name where each answer goes."""
     import paho.mqtt.client as paho
@@ -218,11 +288,14 @@ def mqtt_open_loop(command: dict[str, Any]) -> dict[str, Any]:
     client = paho.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
     client.on_message = on_message
     client.connect("127.0.0.1", command["port"])
+    # As edge_runtime's own connection does: paho leaves Nagle's algorithm on, and a small packet (a PUBACK)
+    # held back behind a delayed ACK costs an answer 40 ms.
+    client.socket().setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     client.subscribe(reply_topic, 1)
     client.loop_start()
     time.sleep(0.2)
     cpu = time.process_time()
-    times = schedule(rate, seconds, warmup, command.get("seed", 0))
+    times = [0.0] if command.get("one") else schedule(rate, seconds, warmup, command.get("seed", 0))
     expected[0] = len(times)
     start = time.perf_counter() + 0.05
     for index, offset in enumerate(times):
@@ -263,6 +336,10 @@ def main() -> None:
             answer = asyncio.run(settle(command))
         elif command["op"] == "one_at_a_time":
             answer = asyncio.run(one_at_a_time(command))
+        elif command["op"] == "mqtt_settle":
+            answer = mqtt_settle(command)
+        elif command["op"] == "in_process":
+            answer = in_process_open_loop(command)
         elif command["op"] == "mqtt":
             answer = mqtt_open_loop(command)
         else:

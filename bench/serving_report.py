@@ -85,6 +85,24 @@ def capacity_rows(result: dict[str, Any], sides: list[str], cpu_rate: float) -> 
     return lines
 
 
+def bound_lines(result: dict[str, Any]) -> list[str]:
+    """The model alone under the same open loop and bound, and each side's capacity as a share of it."""
+    bound = result.get("in_process") or {}
+    if not bound.get("capacity"):
+        return []
+    rounds = " ".join(f"{c:.0f}" for c in bound["capacity"])
+    shares = ", ".join(
+        f"{side} {ratio(record['median_capacity'], bound['median_capacity'])}"
+        for side, record in result["sides"].items()
+    )
+    return [
+        f"The model alone, the same arrivals on OpenVINO's async queue in one process (no server): "
+        f"**{bound['median_capacity']:.0f}**/s ({rounds}) at the same bound, against "
+        f"{result['alone']['async_fps']:.0f} inferences/s kept busy in a closed loop. Share of it: {shares}.",
+        "",
+    ]
+
+
 def report(everything: list[dict[str, Any]], sides: list[str], cpu_rate: float) -> str:
     results = [result for result in everything if result["sides"]]
     lines = ["### Capacity at p99 ≤ 50 ms, and CPU time per request", ""]
@@ -103,6 +121,7 @@ def report(everything: list[dict[str, Any]], sides: list[str], cpu_rate: float) 
         lines += [f"| model | side | capacity /s | p50 / p99 ms | {head} | server CPU at capacity | "
                   "generator CPU | edge / side |"]  # fmt: skip
         lines += ["|---" * (8 + small) + "|", *capacity_rows(result, sides, cpu_rate), ""]
+        lines += bound_lines(result)
     lines += ["### p50 / p99 latency (ms) against offered load (round 1; achieved rate where under 95%)", ""]
     for result in results:
         lines += [f"{result['model']}, the model alone: {result['alone']['async_fps']:.0f} inferences/s", ""]
