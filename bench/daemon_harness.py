@@ -224,11 +224,13 @@ class Daemon:
 
 
 def alternate(rounds: int, *sides: Callable[[], float]) -> list[list[float]]:
-    """Each side once per round, in turn, so that drift of the machine reaches every side alike."""
+    """Each side once per round, in turn, so that drift of the machine reaches every side alike; every other
+    round in the reverse order, so that no side always follows the same one."""
     values: list[list[float]] = [[] for _ in sides]
     for index in range(rounds):
-        for side, found in zip(sides, values, strict=True):
-            found.append(side())
+        order = range(len(sides)) if index % 2 == 0 else reversed(range(len(sides)))
+        for position in order:
+            values[position].append(sides[position]())
         print(f"  round {index + 1}: " + ", ".join(f"{v[-1]:.3f}" for v in values), file=sys.stderr)
     return values
 
