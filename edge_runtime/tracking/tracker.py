@@ -54,7 +54,7 @@ from edge_runtime.tracking.association import (
 )
 from edge_runtime.tracking.config import TrackConfig
 from edge_runtime.tracking.filters import DetectionFilter
-from edge_runtime.tracking.kalman import GATE_95, ConstantVelocityFilter, boxes_from_states
+from edge_runtime.tracking.kalman import GATE_95, ConstantVelocityFilter, boxes_from_states, measurements_from_boxes
 from edge_runtime.tracking.objects import TrackedObject, TrackUpdate
 from edge_runtime.tracking.tracks import HISTORY_LENGTH, TrackTable, median_scores
 
@@ -90,6 +90,9 @@ class Tracker:
         self._label_codes: dict[str, int] = {}
         self._thresholds = np.zeros(0)  # per label code
         self._min_scores = np.zeros(0)  # per label code
+        # The one threshold and min_score of every label seen, as usual when no label has a filter of its own
+        # (NaN when they differ): one number compares without gathering a value per track or detection.
+        self._shared_threshold = self._shared_min_score = np.nan
         self._serials = itertools.count(1)
         self._time: float | None = None
         self._confirm_hits = config.confirm_hits
@@ -109,19 +112,20 @@ class Tracker:
         now = self._advance(timestamp, extrapolate=True)
         indices, boxes, scores, codes = self._admitted(detections, frame_size)
         matches = self._associate(boxes, scores, codes)
-        self._apply(matches, boxes, scores, codes, now)
+        all_matched = self._apply(matches, boxes, scores, codes, now)
 
         tracks = self._tracks
-        missed = matches < 0
         ended: tuple[TrackedObject, ...] = ()
-        if np.count_nonzero(missed):
+        if not all_matched:
             confirmed = tracks.hits >= self._confirm_hits
-            tracks.missed_since[missed] = np.fmin(tracks.missed_since[missed], now)  # NaN (not missing) gives now
-            gone = missed & confirmed & (now - tracks.missed_since >= self._lost_after_s)
-            if np.count_nonzero(gone):
-                ended = self._report(tracks.select(gone), now, None)
-            keep = ~gone & (confirmed | ~missed)  # a tentative track missed once is dropped
-            if np.count_nonzero(keep) < len(keep):
+            # Missing for lost_after_s (matched tracks' missed_since is NaN, which compares False), or tentative
+            # and missed: a tentative track missed once is dropped.
+            dropped = (now - tracks.missed_since >= self._lost_after_s) | ((matches < 0) & ~confirmed)
+            if np.count_nonzero(dropped):
+                gone = dropped & confirmed
+                if np.count_nonzero(gone):
+                    ended = self._report(tracks.select(gone), now, None)
+                keep = ~dropped
                 tracks = tracks.select(keep)
                 matches = matches[keep]
 
@@ -133,8 +137,9 @@ class Tracker:
                 tracks = tracks.extend(self._start(boxes[starting], scores[starting], codes[starting], now))
                 matches = np.concatenate([matches, starting])
         self._tracks = tracks
-        # Each track's position in `detections`, or -1: the row -1 (missed) picks the -1 appended.
-        detection_indices = np.concatenate([indices, _NOT_FOUND])[matches]
+        # Each track's position in `detections`, or -1; where every detection was admitted, `matches` is that.
+        # Otherwise the row -1 (missed) picks the -1 appended.
+        detection_indices = matches if indices is None else np.concatenate([indices, _NOT_FOUND])[matches]
         return TrackUpdate(now, self._report(tracks, now, detection_indices), ended)
 
     def coast(self, timestamp: float) -> TrackUpdate:
@@ -158,24 +163,26 @@ class Tracker:
         if previous is not None and extrapolate:
             step = min(now - previous, MAX_EXTRAPOLATION_S)
             tracks = self._tracks
-            tracks.means, tracks.spreads = self.motion.predict(tracks.means, tracks.spreads, step)
+            tracks.spreads = self.motion.predict_in_place(tracks.means, tracks.spreads, step)
         self._time = now
         return now
 
     def _admitted(
         self, detections: Sequence[Detection], frame_size: tuple[int, int]
-    ) -> tuple[Indices, Array, Array, Codes]:
-        """The detections the filters let through: their positions in `detections`, boxes, scores, labels."""
+    ) -> tuple[Indices | None, Array, Array, Codes]:
+        """The detections the filters let through: their positions in `detections` (None: all of them, in
+        order), boxes, scores, labels."""
         if not detections:
-            return _NO_INDICES, _NO_BOXES, _NO_SCORES, _NO_CODES
+            return None, _NO_BOXES, _NO_SCORES, _NO_CODES
         # One flat pass over the coordinates: np.array on a list of tuples takes twice as long.
         corners = itertools.chain.from_iterable([d.box for d in detections])
         boxes = np.fromiter(corners, np.float64, 4 * len(detections)).reshape(-1, 4)
         scores = np.array([d.score for d in detections], dtype=np.float64)
         labels = [d.label for d in detections]
         admitted = self.detection_filter.admit(labels, boxes, scores, frame_size)
-        indices = admitted.nonzero()[0]
-        if len(indices) < len(labels):  # usually every detection passes, and nothing needs copying
+        indices = None
+        if np.count_nonzero(admitted) < len(labels):  # usually every detection passes, and nothing needs copying
+            indices = admitted.nonzero()[0]
             labels = [labels[i] for i in indices.tolist()]
             boxes, scores = boxes[indices], scores[indices]
         known = self._label_codes
@@ -205,9 +212,13 @@ class Tracker:
             matches[first.rows] = first.columns
 
         if not all_confident:
+            # Only weak detections that overlap some track well enough can be paired: usually none does. A
+            # column's best overlap passes the limit exactly when one of its overlaps does.
+            weak = ~confident
+            weak &= 1.0 - np.maximum.reduce(overlap, axis=0) <= 1.0 - LOW_SCORE_MIN_IOU
             open_rows = ((matches < 0) & (tracks.hits >= self._confirm_hits)).nonzero()[0]
-            if len(open_rows):
-                weak_columns = (~confident).nonzero()[0]
+            if np.count_nonzero(weak) and len(open_rows):
+                weak_columns = weak.nonzero()[0]
                 pairs = open_rows[:, None], weak_columns  # as np.ix_, without its Python overhead
                 cost = np.where(different[pairs], FORBIDDEN, 1.0 - overlap[pairs])
                 second = assign(cost, 1.0 - LOW_SCORE_MIN_IOU)
@@ -233,42 +244,56 @@ class Tracker:
         matches[open_rows[third.rows]] = waiting_columns[third.columns]
         return matches
 
-    def _apply(self, matches: Indices, boxes: Array, scores: Array, codes: Codes, now: float) -> None:
-        """Correct the matched tracks with their detections, and record every track's score for the frame."""
+    def _apply(self, matches: Indices, boxes: Array, scores: Array, codes: Codes, now: float) -> bool:
+        """Correct the matched tracks with their detections, record every track's score for the frame, and
+        mark since when each missed track is missing. Whether every track matched."""
         tracks = self._tracks
         if len(tracks) == 0:
-            return
+            return True
         history = tracks.history
         history[:, :-1] = history[:, 1:]
         counted = history[:, -1]  # 0 for a miss, and for a match scoring below its label's min_score
         counted[:] = 0.0
         matched = (matches >= 0).nonzero()[0]
-        if len(matched):
-            # Every track matched, as on most frames: a slice indexes each column as a view, without a copy.
-            at: slice | Indices = slice(None) if len(matched) == len(tracks) else matched
-            rows = matches[at]
-            found, found_scores = boxes[rows], scores[rows]
-            tracks.means[at], tracks.spreads[at] = self.motion.update(tracks.means[at], tracks.spreads[at], found)
-            tracks.hits[at] += 1
-            tracks.last_seen[at] = now
-            tracks.missed_since[at] = np.nan
-            tracks.last_boxes[at] = found
-            tracks.last_scores[at] = found_scores
-            moved = paired_iou(found, tracks.anchors[at]) < STILL_IOU
-            if np.count_nonzero(moved):
-                tracks.anchors[matched[moved]] = found[moved]
-                tracks.still_since[matched[moved]] = now
-            counted[at] = np.where(found_scores >= self._min_scores[codes[rows]], found_scores, 0.0)
+        if len(matched) == len(tracks):  # every track matched, as on most frames: each column updates in place
+            found, found_scores = boxes[matches], scores[matches]
+            self.motion.update_in_place(tracks.means, tracks.spreads, measurements_from_boxes(found))
+            tracks.hits += 1
+            tracks.last_seen.fill(now)
+            tracks.missed_since.fill(np.nan)
+            tracks.last_boxes, tracks.last_scores = found, found_scores  # fresh arrays, owned by the table from now
+            moved = (paired_iou(found, tracks.anchors) < STILL_IOU).nonzero()[0]
+            counted[:] = np.where(found_scores >= self._min_score_of(codes, matches), found_scores, 0.0)
+        else:
+            counted[:] = 0.0
+            np.fmin(tracks.missed_since, now, out=tracks.missed_since)  # NaN (not missing) gives now
+            if len(matched):
+                rows = matches[matched]
+                found, found_scores = boxes[rows], scores[rows]
+                means, spreads = tracks.means[matched], tracks.spreads[matched]
+                self.motion.update_in_place(means, spreads, measurements_from_boxes(found))
+                tracks.means[matched], tracks.spreads[matched] = means, spreads
+                tracks.hits[matched] += 1
+                tracks.last_seen[matched] = now
+                tracks.missed_since[matched] = np.nan
+                tracks.last_boxes[matched] = found
+                tracks.last_scores[matched] = found_scores
+                moved = (paired_iou(found, tracks.anchors[matched]) < STILL_IOU).nonzero()[0]
+                counted[matched] = np.where(found_scores >= self._min_score_of(codes, rows), found_scores, 0.0)
+        if len(matched) and len(moved):
+            tracks.anchors[matched[moved]] = found[moved]
+            tracks.still_since[matched[moved]] = now
         medians = median_scores(history)
         np.maximum(tracks.top_scores, medians, out=tracks.top_scores)
-        tracks.real |= medians >= self._thresholds[tracks.label_codes]
+        tracks.real |= medians >= self._threshold_of(tracks.label_codes)
+        return len(matched) == len(tracks)
 
     def _start(self, boxes: Array, scores: Array, codes: Codes, now: float) -> TrackTable:
         """Tentative tracks for the given detections, with one hit and one score each."""
         count = len(boxes)
         means, spreads = self.motion.initiate(boxes)
         history = np.full((count, HISTORY_LENGTH), np.nan)
-        history[:, -1] = np.where(scores >= self._min_scores[codes], scores, 0.0)
+        history[:, -1] = np.where(scores >= self._min_score_of(codes, slice(None)), scores, 0.0)
         medians = median_scores(history)
         serials = list(itertools.islice(self._serials, count))
         return TrackTable(
@@ -285,7 +310,7 @@ class Tracker:
             last_scores=scores.copy(),
             history=history,
             top_scores=medians,
-            real=medians >= self._thresholds[codes],
+            real=medians >= self._threshold_of(codes),
             serials=np.array(serials, dtype=np.int64),
             ids=np.array([f"{now:.3f}-{serial}" for serial in serials], dtype=object),
         )
@@ -299,7 +324,19 @@ class Tracker:
             rule = self.detection_filter.filter_for(label)
             self._thresholds = np.append(self._thresholds, rule.threshold)
             self._min_scores = np.append(self._min_scores, rule.min_score)
+            self._shared_threshold = _shared(self._thresholds)
+            self._shared_min_score = _shared(self._min_scores)
         return code
+
+    def _threshold_of(self, codes: Codes) -> Array | float:
+        """The `threshold` of each label code: one number when every label has the same."""
+        shared = self._shared_threshold
+        return self._thresholds[codes] if shared != shared else shared  # NaN: they differ
+
+    def _min_score_of(self, codes: Codes, rows: Indices | slice) -> Array | float:
+        """The `min_score` of each of the detections at `rows`: one number when every label has the same."""
+        shared = self._shared_min_score
+        return self._min_scores[codes[rows]] if shared != shared else shared
 
     def _report(self, tracks: TrackTable, now: float, detection_indices: Indices | None) -> tuple[TrackedObject, ...]:
         """The confirmed real objects among `tracks`: present ones with their index in this frame's
@@ -344,11 +381,16 @@ class Tracker:
         )
 
 
+def _shared(values: Array) -> float:
+    """The one value in `values`, or NaN when they are not all the same."""
+    first = float(values[0])
+    return first if bool(np.all(values == first)) else np.nan
+
+
 # A named tuple's constructor, and its `_make`, are Python functions around tuple.__new__: calling that
 # directly on each row of fields (eleven, in field order) saves a Python call per object per frame.
 _tracked_object = cast(Callable[[Iterable[Any]], TrackedObject], functools.partial(tuple.__new__, TrackedObject))
 
-_NO_INDICES = np.zeros(0, dtype=np.intp)
 _NOT_FOUND = np.full(1, -1, dtype=np.intp)
 _NO_BOXES = np.zeros((0, 4))
 _NO_SCORES = np.zeros(0)
