@@ -99,14 +99,15 @@ class ConstantVelocityFilter:
     def predict(self, means: Array, spreads: Array, dt: float) -> tuple[Array, Array]:
         """Every state moved `dt` seconds ahead (new arrays; the inputs are left as they were)."""
         means = means.copy()
-        return means, self.predict_in_place(means, spreads, dt)
+        predicted = self.predict_in_place(means, spreads, dt)
+        return means, predicted.copy() if predicted is spreads else predicted
 
     def predict_in_place(self, means: Array, spreads: Array, dt: float) -> Array:
-        """`predict` for the tracker's own table: `means` moved in place, the new spreads returned (the old
-        ones are left as they were). The tracker predicts every frame, so the step's constants are made
-        once per interval rather than every time."""
+        """`predict` for the tracker's own table: `means` moved in place, and the new spreads returned (the
+        old array left as it was), or `spreads` itself when there is no step. The tracker predicts every
+        frame, so the step's constants are made once per interval rather than every time."""
         if len(means) == 0 or dt <= 0:
-            return spreads.copy()
+            return spreads
         transition, noise_weights = self._step_constants(dt)
         # The noise scales with the sizes before the step, so it is taken first.
         noise = noise_weights * ((self._noise_scale * _motion_scale(means)) ** 2)[:, None, :]

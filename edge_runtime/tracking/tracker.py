@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -70,6 +71,8 @@ Codes = npt.NDArray[np.int64]
 LOW_SCORE_MIN_IOU = 0.5  # ByteTrack's second stage: a weak detection must overlap a track well to keep it
 MAX_EXTRAPOLATION_S = 1.0
 STILL_IOU = 0.6
+# Up to this many track-detection pairs, anchors share the association's overlap matrix (see `_associate`).
+STACKED_OVERLAP_PAIRS = 1024
 
 
 class Tracker:
@@ -111,8 +114,8 @@ class Tracker:
         `frame_size` (width, height) pixels. A timestamp earlier than the previous one counts as equal."""
         now = self._advance(timestamp, extrapolate=True)
         indices, boxes, scores, codes = self._admitted(detections, frame_size)
-        matches = self._associate(boxes, scores, codes)
-        all_matched = self._apply(matches, boxes, scores, codes, now)
+        matches, anchor_overlap = self._associate(boxes, scores, codes)
+        all_matched = self._apply(matches, anchor_overlap, boxes, scores, codes, now)
 
         tracks = self._tracks
         ended: tuple[TrackedObject, ...] = ()
@@ -174,32 +177,41 @@ class Tracker:
         order), boxes, scores, labels."""
         if not detections:
             return None, _NO_BOXES, _NO_SCORES, _NO_CODES
-        # One flat pass over the coordinates: np.array on a list of tuples takes twice as long.
-        corners = itertools.chain.from_iterable([d.box for d in detections])
-        boxes = np.fromiter(corners, np.float64, 4 * len(detections)).reshape(-1, 4)
-        scores = np.array([d.score for d in detections], dtype=np.float64)
-        labels = [d.label for d in detections]
+        # One flat pass over the coordinates (np.array on a list of tuples takes twice as long), and attribute
+        # getters mapped in C rather than comprehensions.
+        count = len(detections)
+        boxes = np.fromiter(itertools.chain.from_iterable(map(_box, detections)), np.float64, 4 * count).reshape(-1, 4)
+        scores = np.fromiter(map(_score, detections), np.float64, count)
+        labels = list(map(_label, detections))
         admitted = self.detection_filter.admit(labels, boxes, scores, frame_size)
         indices = None
-        if np.count_nonzero(admitted) < len(labels):  # usually every detection passes, and nothing needs copying
+        if np.count_nonzero(admitted) < count:  # usually every detection passes, and nothing needs copying
             indices = admitted.nonzero()[0]
             labels = [labels[i] for i in indices.tolist()]
             boxes, scores = boxes[indices], scores[indices]
-        known = self._label_codes
         try:
-            codes = [known[label] for label in labels]
+            codes = np.fromiter(map(self._label_codes.__getitem__, labels), np.int64, len(labels))
         except KeyError:  # a label's first sight
-            codes = [self._code(label) for label in labels]
-        return indices, boxes, scores, np.array(codes, dtype=np.int64)
+            codes = np.array([self._code(label) for label in labels], dtype=np.int64)
+        return indices, boxes, scores, codes
 
-    def _associate(self, boxes: Array, scores: Array, codes: Codes) -> Indices:
-        """For each track, the row of the detection it matched, or -1 (steps 3 to 5 above)."""
+    def _associate(self, boxes: Array, scores: Array, codes: Codes) -> tuple[Indices, Array | None]:
+        """For each track, the row of the detection it matched, or -1 (steps 3 to 5 above); and, on a small
+        frame, the overlap of each track's anchor with each detection, for `_apply`'s stationary check."""
         tracks = self._tracks
-        matches = np.full(len(tracks), -1, dtype=np.intp)
-        if len(tracks) == 0 or len(boxes) == 0:
-            return matches
+        count = len(tracks)
+        matches = np.full(count, -1, dtype=np.intp)
+        if count == 0 or len(boxes) == 0:
+            return matches, None
         predicted = boxes_from_states(tracks.means)
-        overlap = iou_matrix(predicted, boxes)
+        anchor_overlap = None
+        if count * len(boxes) <= STACKED_OVERLAP_PAIRS:
+            # Anchors below the predicted boxes: one overlap matrix twice as tall costs less than a second
+            # computation, while the matrices are small enough that the number of numpy calls is what counts.
+            both = iou_matrix(np.concatenate([predicted, tracks.anchors]), boxes)
+            overlap, anchor_overlap = both[:count], both[count:]
+        else:
+            overlap = iou_matrix(predicted, boxes)
         different = tracks.label_codes[:, None] != codes
         confident = scores >= self._high
         confident_count = np.count_nonzero(confident)
@@ -225,26 +237,28 @@ class Tracker:
                 matches[open_rows[second.rows]] = weak_columns[second.columns]
 
         if self._relative_distance <= 0:
-            return matches
+            return matches, anchor_overlap
         open_rows = (matches < 0).nonzero()[0]
         if len(open_rows) == 0:
-            return matches
+            return matches, anchor_overlap
         waiting = confident.copy()
         waiting[matches[matches >= 0]] = False
         waiting_columns = waiting.nonzero()[0]
         if len(waiting_columns) == 0:
-            return matches
+            return matches, anchor_overlap
         distance = relative_distance_matrix(predicted[open_rows], boxes[waiting_columns])
         if not np.count_nonzero(distance <= self._relative_distance):  # usual: no pair near enough to gate
-            return matches
+            return matches, anchor_overlap
         means, spreads = tracks.means[open_rows], tracks.spreads[open_rows]
         plausible = self.motion.gating_distance(means, spreads, boxes[waiting_columns]) <= GATE_95
         allowed = plausible & ~different[open_rows[:, None], waiting_columns]
         third = assign(np.where(allowed, distance, FORBIDDEN), self._relative_distance)
         matches[open_rows[third.rows]] = waiting_columns[third.columns]
-        return matches
+        return matches, anchor_overlap
 
-    def _apply(self, matches: Indices, boxes: Array, scores: Array, codes: Codes, now: float) -> bool:
+    def _apply(
+        self, matches: Indices, anchor_overlap: Array | None, boxes: Array, scores: Array, codes: Codes, now: float
+    ) -> bool:
         """Correct the matched tracks with their detections, record every track's score for the frame, and
         mark since when each missed track is missing. Whether every track matched."""
         tracks = self._tracks
@@ -262,7 +276,10 @@ class Tracker:
             tracks.last_seen.fill(now)
             tracks.missed_since.fill(np.nan)
             tracks.last_boxes, tracks.last_scores = found, found_scores  # fresh arrays, owned by the table from now
-            moved = (paired_iou(found, tracks.anchors) < STILL_IOU).nonzero()[0]
+            if anchor_overlap is None:
+                moved = (paired_iou(found, tracks.anchors) < STILL_IOU).nonzero()[0]
+            else:  # the same numbers, computed with the association's overlaps
+                moved = (anchor_overlap[np.arange(len(matches)), matches] < STILL_IOU).nonzero()[0]
             counted[:] = np.where(found_scores >= self._min_score_of(codes, matches), found_scores, 0.0)
         else:
             counted[:] = 0.0
@@ -278,7 +295,10 @@ class Tracker:
                 tracks.missed_since[matched] = np.nan
                 tracks.last_boxes[matched] = found
                 tracks.last_scores[matched] = found_scores
-                moved = (paired_iou(found, tracks.anchors[matched]) < STILL_IOU).nonzero()[0]
+                if anchor_overlap is None:
+                    moved = (paired_iou(found, tracks.anchors[matched]) < STILL_IOU).nonzero()[0]
+                else:
+                    moved = (anchor_overlap[matched, rows] < STILL_IOU).nonzero()[0]
                 counted[matched] = np.where(found_scores >= self._min_score_of(codes, rows), found_scores, 0.0)
         if len(matched) and len(moved):
             tracks.anchors[matched[moved]] = found[moved]
@@ -391,6 +411,7 @@ def _shared(values: Array) -> float:
 # directly on each row of fields (eleven, in field order) saves a Python call per object per frame.
 _tracked_object = cast(Callable[[Iterable[Any]], TrackedObject], functools.partial(tuple.__new__, TrackedObject))
 
+_box, _score, _label = operator.attrgetter("box"), operator.attrgetter("score"), operator.attrgetter("label")
 _NOT_FOUND = np.full(1, -1, dtype=np.intp)
 _NO_BOXES = np.zeros((0, 4))
 _NO_SCORES = np.zeros(0)
