@@ -30,7 +30,8 @@ HISTORY_PADDING = 3
 
 def take_rows(array: npt.NDArray[Any], rows: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
     """`array[rows]`, in the same column-major layout as the table's arrays (see `TrackTable`)."""
-    return np.take(array.T, rows, axis=-1).T
+    taken: npt.NDArray[Any] = np.take(array.T, rows, axis=-1)
+    return taken.T
 
 
 def median_scores(history: Array) -> Array:
@@ -104,7 +105,9 @@ class TrackTable:
 
     def select(self, rows: npt.NDArray[np.bool_] | npt.NDArray[np.intp]) -> TrackTable:
         """The tracks at `rows` (a boolean mask or indices), as a table of their own."""
-        indices = rows.nonzero()[0] if rows.dtype == np.bool_ else rows
+        indices: npt.NDArray[np.intp] = (
+            rows.nonzero()[0] if rows.dtype == np.bool_ else rows.astype(np.intp, copy=False)
+        )
         return TrackTable(**{name: take_rows(getattr(self, name), indices) for name in _COLUMNS})
 
     def extend(self, other: TrackTable) -> TrackTable:
