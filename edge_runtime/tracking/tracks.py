@@ -30,8 +30,8 @@ HISTORY_PADDING = 3
 
 def take_rows(array: npt.NDArray[Any], rows: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
     """`array[rows]`, in the same column-major layout as the table's arrays (see `TrackTable`)."""
-    taken: npt.NDArray[Any] = np.take(array.T, rows, axis=-1)
-    return taken.T
+    taken: npt.NDArray[Any] = np.take(array.T, rows, axis=-1).T
+    return taken
 
 
 def median_scores(history: Array) -> Array:
