@@ -54,13 +54,16 @@ def iou_matrix(first: Array, second: Array) -> Array:
     """Intersection over union of every box in `first` (N×4) with every box in `second` (M×4): N×M."""
     if len(first) == 0 or len(second) == 0:
         return np.zeros((len(first), len(second)))
-    # One N×M array per step, each from a column and a row: broadcasting whole boxes (N×M×2) is slower.
-    width = np.minimum(first[:, 2:3], second[:, 2]) - np.maximum(first[:, 0:1], second[:, 0])
-    height = np.minimum(first[:, 3:4], second[:, 3]) - np.maximum(first[:, 1:2], second[:, 1])
-    intersection = np.maximum(width, 0.0) * np.maximum(height, 0.0)
-    first_area = (first[:, 2] - first[:, 0]) * (first[:, 3] - first[:, 1])
-    second_area = (second[:, 2] - second[:, 0]) * (second[:, 3] - second[:, 1])
-    union = first_area[:, None] + second_area[None, :] - intersection
+    # Coordinates as rows (contiguous for the tracker's column-major boxes), x and y together: the extents
+    # of every intersection as one 2×N×M array, in a dozen numpy calls whatever N and M.
+    corners, others = first.T, second.T
+    extents = np.minimum(corners[2:4, :, None], others[2:4, None, :])
+    extents -= np.maximum(corners[0:2, :, None], others[0:2, None, :])
+    np.maximum(extents, 0.0, out=extents)
+    intersection = extents[0] * extents[1]
+    first_sizes, second_sizes = corners[2:4] - corners[0:2], others[2:4] - others[0:2]
+    union = (first_sizes[0] * first_sizes[1])[:, None] + second_sizes[0] * second_sizes[1]
+    union -= intersection
     return np.asarray(np.divide(intersection, union, out=np.zeros(intersection.shape), where=union > 0))
 
 

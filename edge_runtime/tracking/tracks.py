@@ -26,6 +26,7 @@ Array = npt.NDArray[np.float64]
 
 HISTORY_LENGTH = 10
 HISTORY_PADDING = 3
+FEW_YOUNG_ROWS = 8  # up to this many rows not yet full, `median_scores` takes them one by one
 
 
 def take_rows(array: npt.NDArray[Any], rows: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
@@ -40,9 +41,23 @@ def median_scores(history: Array) -> Array:
     if len(history) == 0:
         return np.zeros(0)
     middle = HISTORY_LENGTH // 2
-    if not np.count_nonzero(np.isnan(history[:, 0])):  # every row full, as for all tracks older than ten frames
-        ordered = np.sort(history, axis=1)
-        return np.asarray((ordered[:, middle - 1] + ordered[:, middle]) / 2)
+    ordered = np.sort(history, axis=1)  # NaN sorts last
+    medians = (ordered[:, middle - 1] + ordered[:, middle]) / 2
+    young = np.isnan(ordered[:, -1]).nonzero()[0]  # rows not yet full: a track's first ten frames
+    if len(young) > FEW_YOUNG_ROWS:  # many new tracks at once: every row at once
+        return _padded_medians(history)
+    for row in young.tolist():  # usually a new track or two, faster in Python than a dozen numpy calls
+        recorded = [score for score in history[row].tolist() if score == score]
+        if len(recorded) < HISTORY_PADDING:  # the padding fills the places left of the scores
+            recorded[:0] = [0.0] * (HISTORY_PADDING - len(recorded))
+        recorded.sort()
+        count = len(recorded)
+        medians[row] = (recorded[(count - 1) // 2] + recorded[count // 2]) / 2
+    return np.asarray(medians)
+
+
+def _padded_medians(history: Array) -> Array:
+    """`median_scores` of every row by padding them all, sorting, and picking each row's middle."""
     padded = history.copy()
     tail = padded[:, -HISTORY_PADDING:]
     tail[np.isnan(tail)] = 0.0
