@@ -114,7 +114,7 @@ class Tracker:
         `frame_size` (width, height) pixels. A timestamp earlier than the previous one counts as equal."""
         now = self._advance(timestamp, extrapolate=True)
         indices, boxes, scores, codes = self._admitted(detections, frame_size)
-        matches, anchor_overlap = self._associate(boxes, scores, codes)
+        matches, anchor_overlap, unmatched = self._associate(boxes, scores, codes)
         all_matched = self._apply(matches, anchor_overlap, boxes, scores, codes, now)
 
         tracks = self._tracks
@@ -132,10 +132,8 @@ class Tracker:
                 tracks = tracks.select(keep)
                 matches = matches[keep]
 
-        untaken = scores >= self._new_track
-        if np.count_nonzero(untaken):
-            untaken[matches[matches >= 0]] = False
-            starting = untaken.nonzero()[0]
+        if len(unmatched):  # confident detections left unmatched start tracks when confident enough for that
+            starting = unmatched[scores[unmatched] >= self._new_track]
             if len(starting):
                 tracks = tracks.extend(self._start(take_rows(boxes, starting), scores[starting], codes[starting], now))
                 matches = np.concatenate([matches, starting])
@@ -196,14 +194,16 @@ class Tracker:
             codes = np.array([self._code(label) for label in labels], dtype=np.int64)
         return indices, boxes, scores, codes
 
-    def _associate(self, boxes: Array, scores: Array, codes: Codes) -> tuple[Indices, Array | None]:
-        """For each track, the row of the detection it matched, or -1 (steps 3 to 5 above); and, on a small
-        frame, the overlap of each track's anchor with each detection, for `_apply`'s stationary check."""
+    def _associate(self, boxes: Array, scores: Array, codes: Codes) -> tuple[Indices, Array | None, Indices]:
+        """For each track, the row of the detection it matched, or -1 (steps 3 to 5 above); on a small frame,
+        the overlap of each track's anchor with each detection, for `_apply`'s stationary check; and the
+        confident detections left unmatched, which may start tracks."""
         tracks = self._tracks
         count = len(tracks)
         matches = np.full(count, -1, dtype=np.intp)
+        confident = scores >= self._high
         if count == 0 or len(boxes) == 0:
-            return matches, None
+            return matches, None, confident.nonzero()[0]
         predicted = boxes_from_states(tracks.means)
         anchor_overlap = None
         if count * len(boxes) <= STACKED_OVERLAP_PAIRS:
@@ -214,48 +214,53 @@ class Tracker:
         else:
             overlap = iou_matrix(predicted, boxes)
         different = tracks.label_codes[:, None] != codes
-        confident = scores >= self._high
         confident_count = np.count_nonzero(confident)
         all_confident = confident_count == len(confident)
 
+        taken = _NO_INDICES  # the confident detections matched
         if confident_count:
             similarity = overlap * scores if self._fuse_score else overlap
             forbidden = different if all_confident else different | ~confident
             first = assign(np.where(forbidden, FORBIDDEN, 1.0 - similarity), self._iou_limit)
             matches[first.rows] = first.columns
+            taken = first.columns
+        matched_count = len(taken)
 
         if not all_confident:
             # Only weak detections that overlap some track well enough can be paired: usually none does. A
             # column's best overlap passes the limit exactly when one of its overlaps does.
             weak = ~confident
             weak &= 1.0 - np.maximum.reduce(overlap, axis=0) <= 1.0 - LOW_SCORE_MIN_IOU
-            open_rows = ((matches < 0) & (tracks.hits >= self._confirm_hits)).nonzero()[0]
-            if np.count_nonzero(weak) and len(open_rows):
-                weak_columns = weak.nonzero()[0]
-                pairs = open_rows[:, None], weak_columns  # as np.ix_, without its Python overhead
-                cost = np.where(different[pairs], FORBIDDEN, 1.0 - overlap[pairs])
-                second = assign(cost, 1.0 - LOW_SCORE_MIN_IOU)
-                matches[open_rows[second.rows]] = weak_columns[second.columns]
+            if np.count_nonzero(weak):
+                open_rows = ((matches < 0) & (tracks.hits >= self._confirm_hits)).nonzero()[0]
+                if len(open_rows):
+                    weak_columns = weak.nonzero()[0]
+                    pairs = open_rows[:, None], weak_columns  # as np.ix_, without its Python overhead
+                    cost = np.where(different[pairs], FORBIDDEN, 1.0 - overlap[pairs])
+                    second = assign(cost, 1.0 - LOW_SCORE_MIN_IOU)
+                    matches[open_rows[second.rows]] = weak_columns[second.columns]
+                    matched_count += len(second.rows)
 
-        if self._relative_distance <= 0:
-            return matches, anchor_overlap
-        open_rows = (matches < 0).nonzero()[0]
-        if len(open_rows) == 0:
-            return matches, anchor_overlap
+        if len(taken) == confident_count:  # every confident detection matched: nothing waits, nothing starts
+            return matches, anchor_overlap, _NO_INDICES
         waiting = confident.copy()
-        waiting[matches[matches >= 0]] = False
+        waiting[taken] = False  # the weak stage takes no confident detection
         waiting_columns = waiting.nonzero()[0]
-        if len(waiting_columns) == 0:
-            return matches, anchor_overlap
+        if self._relative_distance <= 0 or matched_count == count:
+            return matches, anchor_overlap, waiting_columns
+        open_rows = (matches < 0).nonzero()[0]
         distance = relative_distance_matrix(predicted[open_rows], boxes[waiting_columns])
         if not np.count_nonzero(distance <= self._relative_distance):  # usual: no pair near enough to gate
-            return matches, anchor_overlap
+            return matches, anchor_overlap, waiting_columns
         means, spreads = tracks.means[open_rows], tracks.spreads[open_rows]
         plausible = self.motion.gating_distance(means, spreads, boxes[waiting_columns]) <= GATE_95
         allowed = plausible & ~different[open_rows[:, None], waiting_columns]
         third = assign(np.where(allowed, distance, FORBIDDEN), self._relative_distance)
         matches[open_rows[third.rows]] = waiting_columns[third.columns]
-        return matches, anchor_overlap
+        if len(third.rows):
+            waiting[waiting_columns[third.columns]] = False
+            waiting_columns = waiting.nonzero()[0]
+        return matches, anchor_overlap, waiting_columns
 
     def _apply(
         self, matches: Indices, anchor_overlap: Array | None, boxes: Array, scores: Array, codes: Codes, now: float
@@ -414,6 +419,7 @@ _tracked_object = cast(Callable[[Iterable[Any]], TrackedObject], functools.parti
 
 _box, _score, _label = operator.attrgetter("box"), operator.attrgetter("score"), operator.attrgetter("label")
 _NOT_FOUND = np.full(1, -1, dtype=np.intp)
+_NO_INDICES = np.zeros(0, dtype=np.intp)
 _NO_BOXES = np.zeros((0, 4))
 _NO_SCORES = np.zeros(0)
 _NO_CODES = np.zeros(0, dtype=np.int64)
