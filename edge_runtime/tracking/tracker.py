@@ -41,7 +41,7 @@ import functools
 import itertools
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -104,6 +104,9 @@ class Tracker:
         self._high, self._new_track = config.scores.high, config.scores.new_track
         self._fuse_score, self._iou_limit = config.match.fuse_score, 1.0 - config.match.iou
         self._relative_distance = config.match.relative_distance
+        # Position i holds i, and the last position (index -1, a missed track's) None: a detection index or
+        # None for a whole frame's tracks in one map call. Grown to the largest frame seen.
+        self._index_or_none: list[int | None] = [None]
 
     def __len__(self) -> int:
         """Live tracks, tentative and unreported ones included."""
@@ -113,9 +116,11 @@ class Tracker:
         """Take one analysed frame's detections, captured at `timestamp` (seconds), on a frame of
         `frame_size` (width, height) pixels. A timestamp earlier than the previous one counts as equal."""
         now = self._advance(timestamp, extrapolate=True)
+        if len(detections) >= len(self._index_or_none):
+            self._index_or_none = [*range(2 * len(detections)), None]
         indices, boxes, scores, codes = self._admitted(detections, frame_size)
-        matches, anchor_overlap, unmatched = self._associate(boxes, scores, codes)
-        all_matched = self._apply(matches, anchor_overlap, boxes, scores, codes, now)
+        matches, unmatched, predicted, anchor_overlap = self._associate(boxes, scores, codes)
+        all_matched, shown_boxes = self._apply(matches, predicted, anchor_overlap, boxes, scores, codes, now)
 
         tracks = self._tracks
         ended: tuple[TrackedObject, ...] = ()
@@ -131,17 +136,22 @@ class Tracker:
                 keep = ~dropped
                 tracks = tracks.select(keep)
                 matches = matches[keep]
+                if shown_boxes is not None:
+                    shown_boxes = take_rows(shown_boxes, keep.nonzero()[0])
 
         if len(unmatched):  # confident detections left unmatched start tracks when confident enough for that
             starting = unmatched[scores[unmatched] >= self._new_track]
             if len(starting):
-                tracks = tracks.extend(self._start(take_rows(boxes, starting), scores[starting], codes[starting], now))
+                started = take_rows(boxes, starting)
+                tracks = tracks.extend(self._start(started, scores[starting], codes[starting], now))
                 matches = np.concatenate([matches, starting])
+                if shown_boxes is not None:
+                    shown_boxes = np.concatenate([shown_boxes, started])
         self._tracks = tracks
         # Each track's position in `detections`, or -1; where every detection was admitted, `matches` is that.
         # Otherwise the row -1 (missed) picks the -1 appended.
         detection_indices = matches if indices is None else np.concatenate([indices, _NOT_FOUND])[matches]
-        return TrackUpdate(now, self._report(tracks, now, detection_indices), ended)
+        return TrackUpdate(now, self._report(tracks, now, detection_indices, shown_boxes), ended)
 
     def coast(self, timestamp: float) -> TrackUpdate:
         """Frames up to `timestamp` went by without analysis because the scene did not change: objects
@@ -194,16 +204,14 @@ class Tracker:
             codes = np.array([self._code(label) for label in labels], dtype=np.int64)
         return indices, boxes, scores, codes
 
-    def _associate(self, boxes: Array, scores: Array, codes: Codes) -> tuple[Indices, Array | None, Indices]:
-        """For each track, the row of the detection it matched, or -1 (steps 3 to 5 above); on a small frame,
-        the overlap of each track's anchor with each detection, for `_apply`'s stationary check; and the
-        confident detections left unmatched, which may start tracks."""
+    def _associate(self, boxes: Array, scores: Array, codes: Codes) -> _Association:
+        """Steps 3 to 5 above."""
         tracks = self._tracks
         count = len(tracks)
         matches = np.full(count, -1, dtype=np.intp)
         confident = scores >= self._high
         if count == 0 or len(boxes) == 0:
-            return matches, None, confident.nonzero()[0]
+            return _Association(matches, confident.nonzero()[0], None, None)
         predicted = boxes_from_states(tracks.means)
         anchor_overlap = None
         if count * len(boxes) <= STACKED_OVERLAP_PAIRS:
@@ -242,16 +250,16 @@ class Tracker:
                     matched_count += len(second.rows)
 
         if len(taken) == confident_count:  # every confident detection matched: nothing waits, nothing starts
-            return matches, anchor_overlap, _NO_INDICES
+            return _Association(matches, _NO_INDICES, predicted, anchor_overlap)
         waiting = confident.copy()
         waiting[taken] = False  # the weak stage takes no confident detection
         waiting_columns = waiting.nonzero()[0]
         if self._relative_distance <= 0 or matched_count == count:
-            return matches, anchor_overlap, waiting_columns
+            return _Association(matches, waiting_columns, predicted, anchor_overlap)
         open_rows = (matches < 0).nonzero()[0]
         distance = relative_distance_matrix(predicted[open_rows], boxes[waiting_columns])
         if not np.count_nonzero(distance <= self._relative_distance):  # usual: no pair near enough to gate
-            return matches, anchor_overlap, waiting_columns
+            return _Association(matches, waiting_columns, predicted, anchor_overlap)
         means, spreads = tracks.means[open_rows], tracks.spreads[open_rows]
         plausible = self.motion.gating_distance(means, spreads, boxes[waiting_columns]) <= GATE_95
         allowed = plausible & ~different[open_rows[:, None], waiting_columns]
@@ -260,20 +268,27 @@ class Tracker:
         if len(third.rows):
             waiting[waiting_columns[third.columns]] = False
             waiting_columns = waiting.nonzero()[0]
-        return matches, anchor_overlap, waiting_columns
+        return _Association(matches, waiting_columns, predicted, anchor_overlap)
 
     def _apply(
-        self, matches: Indices, anchor_overlap: Array | None, boxes: Array, scores: Array, codes: Codes, now: float
-    ) -> bool:
+        self,
+        matches: Indices,
+        predicted: Array | None,
+        anchor_overlap: Array | None,
+        boxes: Array,
+        scores: Array,
+        codes: Codes,
+        now: float,
+    ) -> tuple[bool, Array | None]:
         """Correct the matched tracks with their detections, record every track's score for the frame, and
-        mark since when each missed track is missing. Whether every track matched."""
+        mark since when each missed track is missing. Whether every track matched, and each track's box to
+        report: its detection's, or where it was `predicted` when missed (None without a prediction)."""
         tracks = self._tracks
         if len(tracks) == 0:
-            return True
+            return True, None
         history = tracks.history
         history[:, :-1] = history[:, 1:]
         counted = history[:, -1]  # 0 for a miss, and for a match scoring below its label's min_score
-        counted[:] = 0.0
         matched = (matches >= 0).nonzero()[0]
         if len(matched) == len(tracks):  # every track matched, as on most frames: each column updates in place
             found, found_scores = take_rows(boxes, matches), scores[matches]
@@ -287,7 +302,9 @@ class Tracker:
             else:  # the same numbers, computed with the association's overlaps
                 moved = (anchor_overlap[np.arange(len(matches)), matches] < STILL_IOU).nonzero()[0]
             counted[:] = np.where(found_scores >= self._min_score_of(codes, matches), found_scores, 0.0)
+            shown_boxes: Array | None = found
         else:
+            shown_boxes = predicted  # its missed rows are the prediction, as the filter leaves their states
             counted[:] = 0.0
             np.fmin(tracks.missed_since, now, out=tracks.missed_since)  # NaN (not missing) gives now
             if len(matched):
@@ -300,6 +317,8 @@ class Tracker:
                 tracks.last_seen[matched] = now
                 tracks.missed_since[matched] = np.nan
                 tracks.last_boxes[matched] = found
+                if shown_boxes is not None:
+                    shown_boxes[matched] = found
                 tracks.last_scores[matched] = found_scores
                 if anchor_overlap is None:
                     moved = (paired_iou(found, take_rows(tracks.anchors, matched)) < STILL_IOU).nonzero()[0]
@@ -312,7 +331,7 @@ class Tracker:
         medians = median_scores(history)
         np.maximum(tracks.top_scores, medians, out=tracks.top_scores)
         tracks.real |= medians >= self._threshold_of(tracks.label_codes)
-        return len(matched) == len(tracks)
+        return len(matched) == len(tracks), shown_boxes
 
     def _start(self, boxes: Array, scores: Array, codes: Codes, now: float) -> TrackTable:
         """Tentative tracks for the given detections, with one hit and one score each."""
@@ -326,6 +345,7 @@ class Tracker:
             means=means,
             spreads=spreads,
             label_codes=codes,
+            labels=np.array([self._labels[code] for code in codes.tolist()], dtype=object),
             hits=np.ones(count, dtype=np.int64),
             start_times=np.full(count, now),
             last_seen=np.full(count, now),
@@ -364,9 +384,12 @@ class Tracker:
         shared = self._shared_min_score
         return self._min_scores[codes[rows]] if shared != shared else shared
 
-    def _report(self, tracks: TrackTable, now: float, detection_indices: Indices | None) -> tuple[TrackedObject, ...]:
+    def _report(
+        self, tracks: TrackTable, now: float, detection_indices: Indices | None, shown_boxes: Array | None = None
+    ) -> tuple[TrackedObject, ...]:
         """The confirmed real objects among `tracks`: present ones with their index in this frame's
-        detections (-1: missed, box predicted), or ended ones (None) as they were last seen."""
+        detections (-1: missed, box predicted), or ended ones (None) as they were last seen. `shown_boxes`,
+        when given, are the present ones' boxes already, predicted where missed."""
         shown_mask = (tracks.hits >= self._confirm_hits) & tracks.real
         shown: slice | Indices
         if np.count_nonzero(shown_mask) == len(shown_mask):  # as on most frames: a slice indexes without copies
@@ -376,22 +399,25 @@ class Tracker:
             if len(shown) == 0:
                 return ()
         boxes = tracks.last_boxes[shown]
+        indices: list[int | None]
         if detection_indices is None:
             indices = [None] * len(boxes)
         else:
             found = detection_indices[shown]
-            coasting = found < 0
-            if np.count_nonzero(coasting):
-                boxes = np.where(coasting[:, None], boxes_from_states(tracks.means[shown]), boxes)
-            indices = [index if index >= 0 else None for index in found.tolist()]
+            if shown_boxes is not None:
+                boxes = shown_boxes[shown]
+            else:
+                coasting = found < 0
+                if np.count_nonzero(coasting):
+                    boxes = np.where(coasting[:, None], boxes_from_states(tracks.means[shown]), boxes)
+            indices = list(map(self._index_or_none.__getitem__, found.tolist()))
         starts = tracks.start_times[shown]
-        labels = self._labels
         return tuple(
             map(
                 _tracked_object,
                 zip(
                     tracks.ids[shown].tolist(),
-                    [labels[code] for code in tracks.label_codes[shown].tolist()],
+                    tracks.labels[shown].tolist(),
                     zip(*boxes.T.tolist(), strict=True),  # box tuples, from the four coordinate columns
                     tracks.last_scores[shown].tolist(),
                     tracks.top_scores[shown].tolist(),
@@ -420,6 +446,17 @@ _tracked_object = cast(Callable[[Iterable[Any]], TrackedObject], functools.parti
 _box, _score, _label = operator.attrgetter("box"), operator.attrgetter("score"), operator.attrgetter("label")
 _NOT_FOUND = np.full(1, -1, dtype=np.intp)
 _NO_INDICES = np.zeros(0, dtype=np.intp)
+
+
+class _Association(NamedTuple):
+    """What `Tracker._associate` found."""
+
+    matches: Indices  # for each track, the row of the detection it matched, or -1
+    unmatched: Indices  # the confident detections left unmatched, which may start tracks
+    predicted: Array | None  # each track's predicted box (None when there was nothing to match)
+    anchor_overlap: Array | None  # on a small frame, each track's anchor's overlap with each detection
+
+
 _NO_BOXES = np.zeros((0, 4))
 _NO_SCORES = np.zeros(0)
 _NO_CODES = np.zeros(0, dtype=np.int64)

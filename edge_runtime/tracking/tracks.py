@@ -80,6 +80,7 @@ class TrackTable:
     means: Array  # (N, 8) filter states
     spreads: Array  # (N, 3, 4) the filter's covariance blocks (see `kalman`)
     label_codes: npt.NDArray[np.int64]  # (N,) index into the tracker's list of labels
+    labels: npt.NDArray[np.object_]  # (N,) the label itself, for reports
     hits: npt.NDArray[np.int64]  # (N,)
     start_times: Array  # (N,) capture time of the first detection
     last_seen: Array  # (N,) capture time of the latest match
@@ -100,6 +101,7 @@ class TrackTable:
             means=np.zeros((0, 8), order="F"),
             spreads=np.zeros((0, 3, 4), order="F"),
             label_codes=np.zeros(0, dtype=np.int64),
+            labels=np.zeros(0, dtype=object),
             hits=np.zeros(0, dtype=np.int64),
             start_times=np.zeros(0),
             last_seen=np.zeros(0),
