@@ -163,3 +163,22 @@ def test_the_gate_trusts_a_steady_track_more_than_a_new_one() -> None:
     assert steady[0, 0] < GATE_95 < steady[0, 1]
     assert new[0, 0] < steady[0, 1]
     assert motion.gating_distance(steady_means, steady_spreads, np.zeros((0, 4))).shape == (1, 0)
+
+
+def test_in_place_steps_on_a_column_major_table_give_what_the_copying_ones_give() -> None:
+    rng = np.random.default_rng(11)
+    motion = ConstantVelocityFilter()
+    starts = rng.uniform(0, 500, (7, 2))
+    boxes = np.concatenate([starts, starts + rng.uniform(20, 150, (7, 2))], axis=1)
+    means, spreads = motion.initiate(boxes)
+    assert means.flags.f_contiguous and spreads.flags.f_contiguous
+    for dt in (0.1, 0.1, 0.25, 0.0, 1.0):
+        expected_means, expected_spreads = motion.predict(
+            np.ascontiguousarray(means), np.ascontiguousarray(spreads), dt
+        )
+        spreads = motion.predict_in_place(means, spreads, dt)
+        assert np.array_equal(means, expected_means) and np.array_equal(spreads, expected_spreads)
+        measured = boxes + rng.normal(0, 3, boxes.shape)
+        expected_means, expected_spreads = motion.update(means, spreads, measured)
+        motion.update_in_place(means, spreads, measurements_from_boxes(measured))
+        assert np.array_equal(means, expected_means) and np.array_equal(spreads, expected_spreads)
