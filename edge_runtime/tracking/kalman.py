@@ -149,16 +149,25 @@ class ConstantVelocityFilter:
         self.update_in_place(means, spreads, measurements_from_boxes(boxes))
         return means, spreads
 
-    def update_in_place(self, means: Array, spreads: Array, measurements: Array) -> None:
+    def update_in_place(
+        self, means: Array, spreads: Array, measurements: Array, rows: npt.NDArray[np.bool_] | None = None
+    ) -> None:
         """`update` for the tracker's own table, on [cx, cy, w, h] measurements: both arrays corrected in place,
-        which spares copying them and writing them back."""
+        which spares copying them and writing them back. With `rows`, only those rows are corrected; the
+        others (missed tracks) keep their states exactly, whatever their measurement row holds."""
         if len(means) == 0:
             return
         innovation = measurements - means[:, :4]
         innovation_variance = self._innovation_variance(means, spreads)
         gains = spreads[:, :2] / innovation_variance[:, None, :]  # K per block: (position, rate) rows
-        means += (gains * innovation[:, None, :]).reshape(-1, 8)
-        np.maximum(means[:, 2:4], MIN_SIZE_PX, out=means[:, 2:4])
+        if rows is None:
+            means += (gains * innovation[:, None, :]).reshape(-1, 8)
+            np.maximum(means[:, 2:4], MIN_SIZE_PX, out=means[:, 2:4])
+        else:
+            gains *= rows[:, None, None]  # no gain: the spreads below stay as they were, to the bit
+            corrections = (gains * innovation[:, None, :]).reshape(-1, 8)
+            np.add(means, corrections, out=means, where=rows[:, None])
+            np.maximum(means[:, 2:4], MIN_SIZE_PX, out=means[:, 2:4], where=rows[:, None])
         # (I - K H) P per block: r' = r - kr c, then p' = (1 - kp) p, c' = (1 - kp) c.
         spreads[:, RATE] -= gains[:, 1] * spreads[:, CROSS]
         spreads[:, :2] *= 1 - gains[:, POSITION : POSITION + 1]

@@ -307,27 +307,30 @@ class Tracker:
             shown_boxes = predicted  # its missed rows are the prediction, as the filter leaves their states
             counted[:] = 0.0
             np.fmin(tracks.missed_since, now, out=tracks.missed_since)  # NaN (not missing) gives now
+            moved = _NO_INDICES
             if len(matched):
-                rows = matches[matched]
-                found, found_scores = take_rows(boxes, rows), scores[rows]
-                means, spreads = take_rows(tracks.means, matched), take_rows(tracks.spreads, matched)
-                self.motion.update_in_place(means, spreads, measurements_from_boxes(found))
-                tracks.means[matched], tracks.spreads[matched] = means, spreads
-                tracks.hits[matched] += 1
-                tracks.last_seen[matched] = now
-                tracks.missed_since[matched] = np.nan
-                tracks.last_boxes[matched] = found
+                # Every column at once, the missed rows masked out, rather than gathering the matched rows and
+                # scattering them back: a missed track's row (-1) reads the last detection, and is never used.
+                seen = matches >= 0
+                found, found_scores = take_rows(boxes, matches), scores[matches]
+                self.motion.update_in_place(tracks.means, tracks.spreads, measurements_from_boxes(found), seen)
+                tracks.hits += seen
+                np.copyto(tracks.last_seen, now, where=seen)
+                np.copyto(tracks.missed_since, np.nan, where=seen)
+                np.copyto(tracks.last_boxes, found, where=seen[:, None])
+                np.copyto(tracks.last_scores, found_scores, where=seen)
                 if shown_boxes is not None:
-                    shown_boxes[matched] = found
-                tracks.last_scores[matched] = found_scores
+                    np.copyto(shown_boxes, found, where=seen[:, None])
                 if anchor_overlap is None:
-                    moved = (paired_iou(found, take_rows(tracks.anchors, matched)) < STILL_IOU).nonzero()[0]
+                    overlaps = paired_iou(found, tracks.anchors)
                 else:
-                    moved = (anchor_overlap[matched, rows] < STILL_IOU).nonzero()[0]
-                counted[matched] = np.where(found_scores >= self._min_score_of(codes, rows), found_scores, 0.0)
-        if len(matched) and len(moved):
-            tracks.anchors[matched[moved]] = found[moved]
-            tracks.still_since[matched[moved]] = now
+                    overlaps = anchor_overlap[np.arange(len(matches)), matches]
+                moved = ((overlaps < STILL_IOU) & seen).nonzero()[0]
+                seen &= found_scores >= self._min_score_of(codes, matches)
+                counted[:] = np.where(seen, found_scores, 0.0)
+        if len(moved):  # rows of tracks and of `found` alike
+            tracks.anchors[moved] = found[moved]
+            tracks.still_since[moved] = now
         medians = median_scores(history)
         np.maximum(tracks.top_scores, medians, out=tracks.top_scores)
         tracks.real |= medians >= self._threshold_of(tracks.label_codes)
