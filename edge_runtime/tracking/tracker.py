@@ -126,9 +126,11 @@ class Tracker:
         ended: tuple[TrackedObject, ...] = ()
         if not all_matched:
             confirmed = tracks.hits >= self._confirm_hits
-            # Missing for lost_after_s (matched tracks' missed_since is NaN, which compares False), or tentative
-            # and missed: a tentative track missed once is dropped.
-            dropped = (now - tracks.missed_since >= self._lost_after_s) | ((matches < 0) & ~confirmed)
+            # A tentative track missed once is dropped; a confirmed one once missing for lost_after_s (matched
+            # tracks' missed_since is NaN, which fmin passes over and which compares False).
+            dropped = (matches < 0) & ~confirmed
+            if now - np.fmin.reduce(tracks.missed_since) >= self._lost_after_s:
+                dropped |= now - tracks.missed_since >= self._lost_after_s
             if np.count_nonzero(dropped):
                 gone = dropped & confirmed
                 if np.count_nonzero(gone):
