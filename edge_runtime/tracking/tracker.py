@@ -223,14 +223,15 @@ class Tracker:
             overlap, anchor_overlap = both[:count], both[count:]
         else:
             overlap = iou_matrix(predicted, boxes)
-        different = tracks.label_codes[:, None] != codes
+        track_codes = tracks.label_codes
         confident_count = np.count_nonzero(confident)
         all_confident = confident_count == len(confident)
 
         taken = _NO_INDICES  # the confident detections matched
         if confident_count:
             similarity = overlap * scores if self._fuse_score else overlap
-            forbidden = different if all_confident else different | ~confident
+            # A weak detection's code -1 matches no track's label: one comparison forbids both.
+            forbidden = track_codes[:, None] != (codes if all_confident else np.where(confident, codes, -1))
             first = assign(np.where(forbidden, FORBIDDEN, 1.0 - similarity), self._iou_limit)
             matches[first.rows] = first.columns
             taken = first.columns
@@ -246,7 +247,8 @@ class Tracker:
                 if len(open_rows):
                     weak_columns = weak.nonzero()[0]
                     pairs = open_rows[:, None], weak_columns  # as np.ix_, without its Python overhead
-                    cost = np.where(different[pairs], FORBIDDEN, 1.0 - overlap[pairs])
+                    different = track_codes[open_rows, None] != codes[weak_columns]
+                    cost = np.where(different, FORBIDDEN, 1.0 - overlap[pairs])
                     second = assign(cost, 1.0 - LOW_SCORE_MIN_IOU)
                     matches[open_rows[second.rows]] = weak_columns[second.columns]
                     matched_count += len(second.rows)
@@ -264,7 +266,7 @@ class Tracker:
             return _Association(matches, waiting_columns, predicted, anchor_overlap)
         means, spreads = tracks.means[open_rows], tracks.spreads[open_rows]
         plausible = self.motion.gating_distance(means, spreads, boxes[waiting_columns]) <= GATE_95
-        allowed = plausible & ~different[open_rows[:, None], waiting_columns]
+        allowed = plausible & (track_codes[open_rows, None] == codes[waiting_columns])
         third = assign(np.where(allowed, distance, FORBIDDEN), self._relative_distance)
         matches[open_rows[third.rows]] = waiting_columns[third.columns]
         if len(third.rows):
