@@ -37,11 +37,10 @@ the previous frame, catches a slow creep that no single frame shows.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import operator
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -56,7 +55,9 @@ from edge_runtime.tracking.association import (
 from edge_runtime.tracking.config import TrackConfig
 from edge_runtime.tracking.filters import DetectionFilter
 from edge_runtime.tracking.kalman import GATE_95, ConstantVelocityFilter, boxes_from_states, measurements_from_boxes
+from edge_runtime.tracking.label_rules import LabelRules
 from edge_runtime.tracking.objects import TrackedObject, TrackUpdate
+from edge_runtime.tracking.reports import Reporter
 from edge_runtime.tracking.tracks import HISTORY_LENGTH, TrackTable, median_scores, take_rows
 
 if TYPE_CHECKING:  # the decoders package imports OpenCV, which the tracker does not need
@@ -89,24 +90,15 @@ class Tracker:
         self.motion = motion or ConstantVelocityFilter()
         self.detection_filter = DetectionFilter(config)
         self._tracks = TrackTable.empty()
-        self._labels: list[str] = []  # label code -> label
-        self._label_codes: dict[str, int] = {}
-        self._thresholds = np.zeros(0)  # per label code
-        self._min_scores = np.zeros(0)  # per label code
-        # The one threshold and min_score of every label seen, as usual when no label has a filter of its own
-        # (NaN when they differ): one number compares without gathering a value per track or detection.
-        self._shared_threshold = self._shared_min_score = np.nan
+        self._label_rules = LabelRules(self.detection_filter)
+        self._reporter = Reporter(config.confirm_hits, config.stationary_after_s)
         self._serials = itertools.count(1)
         self._time: float | None = None
         self._confirm_hits = config.confirm_hits
         self._lost_after_s = config.lost_after_s
-        self._stationary_after_s = config.stationary_after_s
         self._high, self._new_track = config.scores.high, config.scores.new_track
         self._fuse_score, self._iou_limit = config.match.fuse_score, 1.0 - config.match.iou
         self._relative_distance = config.match.relative_distance
-        # Position i holds i, and the last position (index -1, a missed track's) None: a detection index or
-        # None for a whole frame's tracks in one map call. Grown to the largest frame seen.
-        self._index_or_none: list[int | None] = [None]
 
     def __len__(self) -> int:
         """Live tracks, tentative and unreported ones included."""
@@ -116,8 +108,7 @@ class Tracker:
         """Take one analysed frame's detections, captured at `timestamp` (seconds), on a frame of
         `frame_size` (width, height) pixels. A timestamp earlier than the previous one counts as equal."""
         now = self._advance(timestamp, extrapolate=True)
-        if len(detections) >= len(self._index_or_none):
-            self._index_or_none = [*range(2 * len(detections)), None]
+        self._reporter.expect(len(detections))
         indices, boxes, scores, codes = self._admitted(detections, frame_size)
         matches, unmatched, predicted, anchor_overlap = self._associate(boxes, scores, codes)
         all_matched, shown_boxes = self._apply(matches, predicted, anchor_overlap, boxes, scores, codes, now)
@@ -134,7 +125,7 @@ class Tracker:
             if np.count_nonzero(dropped):
                 gone = dropped & confirmed
                 if np.count_nonzero(gone):
-                    ended = self._report(tracks.select(gone), now, None)
+                    ended = self._reporter.objects(tracks.select(gone), now, None)
                 keep = ~dropped
                 tracks = tracks.select(keep)
                 matches = matches[keep]
@@ -153,7 +144,7 @@ class Tracker:
         # Each track's position in `detections`, or -1; where every detection was admitted, `matches` is that.
         # Otherwise the row -1 (missed) picks the -1 appended.
         detection_indices = matches if indices is None else np.concatenate([indices, _NOT_FOUND])[matches]
-        return TrackUpdate(now, self._report(tracks, now, detection_indices, shown_boxes), ended)
+        return TrackUpdate(now, self._reporter.objects(tracks, now, detection_indices, shown_boxes), ended)
 
     def coast(self, timestamp: float) -> TrackUpdate:
         """Frames up to `timestamp` went by without analysis because the scene did not change: objects
@@ -164,10 +155,10 @@ class Tracker:
         confirmed = tracks.hits >= self._confirm_hits
         gone = confirmed & (now - tracks.missed_since >= self._lost_after_s)  # NaN compares False
         if not np.count_nonzero(gone):
-            return TrackUpdate(now, self._report(tracks, now, np.full(len(tracks), -1)), ())
-        ended = self._report(tracks.select(gone), now, None)
+            return TrackUpdate(now, self._reporter.objects(tracks, now, np.full(len(tracks), -1)), ())
+        ended = self._reporter.objects(tracks.select(gone), now, None)
         self._tracks = tracks.select(~gone)
-        return TrackUpdate(now, self._report(self._tracks, now, np.full(len(self._tracks), -1)), ended)
+        return TrackUpdate(now, self._reporter.objects(self._tracks, now, np.full(len(self._tracks), -1)), ended)
 
     def _advance(self, timestamp: float, extrapolate: bool) -> float:
         """Move the tracker's clock to `timestamp`, predicting every box there when `extrapolate`."""
@@ -200,11 +191,7 @@ class Tracker:
             indices = admitted.nonzero()[0]
             labels = [labels[i] for i in indices.tolist()]
             boxes, scores = take_rows(boxes, indices), scores[indices]
-        try:
-            codes = np.fromiter(map(self._label_codes.__getitem__, labels), np.int64, len(labels))
-        except KeyError:  # a label's first sight
-            codes = np.array([self._code(label) for label in labels], dtype=np.int64)
-        return indices, boxes, scores, codes
+        return indices, boxes, scores, self._label_rules.codes(labels)
 
     def _associate(self, boxes: Array, scores: Array, codes: Codes) -> _Association:
         """Steps 3 to 5 above."""
@@ -305,7 +292,7 @@ class Tracker:
                 moved = (paired_iou(found, tracks.anchors) < STILL_IOU).nonzero()[0]
             else:  # the same numbers, computed with the association's overlaps
                 moved = (anchor_overlap[np.arange(len(matches)), matches] < STILL_IOU).nonzero()[0]
-            counted[:] = np.where(found_scores >= self._min_score_of(codes, matches), found_scores, 0.0)
+            counted[:] = np.where(found_scores >= self._label_rules.min_score_of(codes, matches), found_scores, 0.0)
             shown_boxes: Array | None = found
         else:
             shown_boxes = predicted  # its missed rows are the prediction, as the filter leaves their states
@@ -330,14 +317,14 @@ class Tracker:
                 else:
                     overlaps = anchor_overlap[np.arange(len(matches)), matches]
                 moved = ((overlaps < STILL_IOU) & seen).nonzero()[0]
-                seen &= found_scores >= self._min_score_of(codes, matches)
+                seen &= found_scores >= self._label_rules.min_score_of(codes, matches)
                 counted[:] = np.where(seen, found_scores, 0.0)
         if len(moved):  # rows of tracks and of `found` alike
             tracks.anchors[moved] = found[moved]
             tracks.still_since[moved] = now
         medians = median_scores(history)
         np.maximum(tracks.top_scores, medians, out=tracks.top_scores)
-        tracks.real |= medians >= self._threshold_of(tracks.label_codes)
+        tracks.real |= medians >= self._label_rules.threshold_of(tracks.label_codes)
         return len(matched) == len(tracks), shown_boxes
 
     def _start(self, boxes: Array, scores: Array, codes: Codes, now: float) -> TrackTable:
@@ -345,14 +332,14 @@ class Tracker:
         count = len(boxes)
         means, spreads = self.motion.initiate(boxes)
         history = np.full((count, HISTORY_LENGTH), np.nan, order="F")
-        history[:, -1] = np.where(scores >= self._min_score_of(codes, slice(None)), scores, 0.0)
+        history[:, -1] = np.where(scores >= self._label_rules.min_score_of(codes, slice(None)), scores, 0.0)
         medians = median_scores(history)
         serials = list(itertools.islice(self._serials, count))
         return TrackTable(
             means=means,
             spreads=spreads,
             label_codes=codes,
-            labels=np.array([self._labels[code] for code in codes.tolist()], dtype=object),
+            labels=self._label_rules.names(codes),
             hits=np.ones(count, dtype=np.int64),
             start_times=np.full(count, now),
             last_seen=np.full(count, now),
@@ -363,92 +350,11 @@ class Tracker:
             last_scores=scores.copy(),
             history=history,
             top_scores=medians,
-            real=medians >= self._threshold_of(codes),
+            real=medians >= self._label_rules.threshold_of(codes),
             serials=np.array(serials, dtype=np.int64),
             ids=np.array([f"{now:.3f}-{serial}" for serial in serials], dtype=object),
         )
 
-    def _code(self, label: str) -> int:
-        """The label's number, given on first sight, with its filter's thresholds cached by number."""
-        code = self._label_codes.get(label)
-        if code is None:
-            code = self._label_codes[label] = len(self._labels)
-            self._labels.append(label)
-            rule = self.detection_filter.filter_for(label)
-            self._thresholds = np.append(self._thresholds, rule.threshold)
-            self._min_scores = np.append(self._min_scores, rule.min_score)
-            self._shared_threshold = _shared(self._thresholds)
-            self._shared_min_score = _shared(self._min_scores)
-        return code
-
-    def _threshold_of(self, codes: Codes) -> Array | float:
-        """The `threshold` of each label code: one number when every label has the same."""
-        shared = self._shared_threshold
-        return self._thresholds[codes] if shared != shared else shared  # NaN: they differ
-
-    def _min_score_of(self, codes: Codes, rows: Indices | slice) -> Array | float:
-        """The `min_score` of each of the detections at `rows`: one number when every label has the same."""
-        shared = self._shared_min_score
-        return self._min_scores[codes[rows]] if shared != shared else shared
-
-    def _report(
-        self, tracks: TrackTable, now: float, detection_indices: Indices | None, shown_boxes: Array | None = None
-    ) -> tuple[TrackedObject, ...]:
-        """The confirmed real objects among `tracks`: present ones with their index in this frame's
-        detections (-1: missed, box predicted), or ended ones (None) as they were last seen. `shown_boxes`,
-        when given, are the present ones' boxes already, predicted where missed."""
-        shown_mask = (tracks.hits >= self._confirm_hits) & tracks.real
-        shown: slice | Indices
-        if np.count_nonzero(shown_mask) == len(shown_mask):  # as on most frames: a slice indexes without copies
-            shown = slice(None)
-        else:
-            shown = shown_mask.nonzero()[0]
-            if len(shown) == 0:
-                return ()
-        boxes = tracks.last_boxes[shown]
-        indices: list[int | None]
-        if detection_indices is None:
-            indices = [None] * len(boxes)
-        else:
-            found = detection_indices[shown]
-            if shown_boxes is not None:
-                boxes = shown_boxes[shown]
-            else:
-                coasting = found < 0
-                if np.count_nonzero(coasting):
-                    boxes = np.where(coasting[:, None], boxes_from_states(tracks.means[shown]), boxes)
-            indices = list(map(self._index_or_none.__getitem__, found.tolist()))
-        starts = tracks.start_times[shown]
-        return tuple(
-            map(
-                _tracked_object,
-                zip(
-                    tracks.ids[shown].tolist(),
-                    tracks.labels[shown].tolist(),
-                    zip(*boxes.T.tolist(), strict=True),  # box tuples, from the four coordinate columns
-                    tracks.last_scores[shown].tolist(),
-                    tracks.top_scores[shown].tolist(),
-                    (now - tracks.still_since[shown] >= self._stationary_after_s).tolist(),
-                    tracks.hits[shown].tolist(),
-                    starts.tolist(),
-                    tracks.last_seen[shown].tolist(),
-                    (now - starts).tolist(),
-                    indices,
-                    strict=True,
-                ),
-            )
-        )
-
-
-def _shared(values: Array) -> float:
-    """The one value in `values`, or NaN when they are not all the same."""
-    first = float(values[0])
-    return first if bool(np.all(values == first)) else np.nan
-
-
-# A named tuple's constructor, and its `_make`, are Python functions around tuple.__new__: calling that
-# directly on each row of fields (eleven, in field order) saves a Python call per object per frame.
-_tracked_object = cast(Callable[[Iterable[Any]], TrackedObject], functools.partial(tuple.__new__, TrackedObject))
 
 _box, _score, _label = operator.attrgetter("box"), operator.attrgetter("score"), operator.attrgetter("label")
 _NOT_FOUND = np.full(1, -1, dtype=np.intp)
