@@ -114,7 +114,8 @@ class ConstantVelocityFilter:
         means[:, :4] += dt * means[:, 4:]
         np.maximum(means[:, 2:4], MIN_SIZE_PX, out=means[:, 2:4])
         if len(spreads) > 1 and spreads.flags.f_contiguous:
-            # Column-major spreads (see `tracks`): four products of 3×3 by 3×N, the same numbers as N of 3×4.
+            # Column-major spreads (see `tracks`): four products of 3×3 by 3×N instead of N of 3×3 by 3×4,
+            # each element the same sum of three products.
             predicted: Array = (transition @ spreads.T).T
         else:
             predicted = transition @ spreads
