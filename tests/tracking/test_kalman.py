@@ -178,8 +178,8 @@ def test_in_place_steps_on_a_column_major_table_give_what_the_copying_ones_give(
         )
         spreads = motion.predict_in_place(means, spreads, dt)
         assert np.array_equal(means, expected_means)
-        # The spreads' products are grouped differently for the two layouts; a BLAS kernel may round them
-        # differently in the last bit (this machine's does not), never by more.
+        # The spreads' products are grouped differently for the two layouts: a BLAS kernel may round them
+        # differently in the last bit, never by more.
         assert np.allclose(spreads, expected_spreads, rtol=1e-14, atol=0.0)
         measured = boxes + rng.normal(0, 3, boxes.shape)
         expected_means, expected_spreads = motion.update(means, spreads, measured)
