@@ -54,13 +54,16 @@ def iou_matrix(first: Array, second: Array) -> Array:
     """Intersection over union of every box in `first` (N×4) with every box in `second` (M×4): N×M."""
     if len(first) == 0 or len(second) == 0:
         return np.zeros((len(first), len(second)))
-    # One N×M array per step, each from a column and a row: broadcasting whole boxes (N×M×2) is slower.
-    width = np.minimum(first[:, 2:3], second[:, 2]) - np.maximum(first[:, 0:1], second[:, 0])
-    height = np.minimum(first[:, 3:4], second[:, 3]) - np.maximum(first[:, 1:2], second[:, 1])
-    intersection = np.maximum(width, 0.0) * np.maximum(height, 0.0)
-    first_area = (first[:, 2] - first[:, 0]) * (first[:, 3] - first[:, 1])
-    second_area = (second[:, 2] - second[:, 0]) * (second[:, 3] - second[:, 1])
-    union = first_area[:, None] + second_area[None, :] - intersection
+    # Coordinates as rows (contiguous for the tracker's column-major boxes), x and y together: the extents
+    # of every intersection as one 2×N×M array, in a dozen numpy calls whatever N and M.
+    corners, others = first.T, second.T
+    extents = np.minimum(corners[2:4, :, None], others[2:4, None, :])
+    extents -= np.maximum(corners[0:2, :, None], others[0:2, None, :])
+    np.maximum(extents, 0.0, out=extents)
+    intersection = extents[0] * extents[1]
+    first_sizes, second_sizes = corners[2:4] - corners[0:2], others[2:4] - others[0:2]
+    union = (first_sizes[0] * first_sizes[1])[:, None] + second_sizes[0] * second_sizes[1]
+    union -= intersection
     return np.asarray(np.divide(intersection, union, out=np.zeros(intersection.shape), where=union > 0))
 
 
@@ -105,10 +108,16 @@ def assign(cost: Array, limit: float) -> Assignment:
     if rows_count == 0 or columns_count == 0:
         return Assignment(_NOTHING, _NOTHING, (rows_count, columns_count))
     candidate = cost <= limit
-    if not np.count_nonzero(candidate):  # as for most tracks missed and weak detections: nothing to pair
+    flat = candidate.ravel().nonzero()[0]  # row-major, rows ascending; far quicker than a 2-D nonzero
+    if len(flat) == 0:  # as for most tracks missed and weak detections: nothing to pair
         return Assignment(_NOTHING, _NOTHING, (rows_count, columns_count))
-    row_candidates = np.add.reduce(candidate, axis=1)  # counts, as candidate.sum without its Python wrapper
-    column_candidates = np.add.reduce(candidate, axis=0)
+    candidate_rows, candidate_columns = np.divmod(flat, columns_count)
+    row_list, column_list = candidate_rows.tolist(), candidate_columns.tolist()
+    if len(set(row_list)) == len(row_list) == len(set(column_list)):
+        # No row and no column has a second candidate, as on most frames: every candidate pair is exclusive.
+        return Assignment(candidate_rows, candidate_columns, (rows_count, columns_count))
+    row_candidates = np.bincount(candidate_rows, minlength=rows_count)
+    column_candidates = np.bincount(candidate_columns, minlength=columns_count)
     single_rows = (row_candidates == 1).nonzero()[0]
     their_columns = candidate[single_rows].argmax(axis=1)
     exclusive = column_candidates[their_columns] == 1

@@ -83,30 +83,54 @@ class ConstantVelocityFilter:
         self.measurement_noise = measurement_noise
         self.initial_speed = initial_speed
         self._noise_scale = np.array([acceleration] * 2 + [size_acceleration] * 2)
+        self._step = np.nan  # the interval `_transition` and `_noise_weights` are for
+        self._transition = np.eye(3)
+        self._noise_weights = np.zeros((3, 1))
 
     def initiate(self, boxes: Array) -> tuple[Array, Array]:
         """States for new tracks at the given boxes, at rest but with a wide spread of velocity."""
-        means = np.zeros((len(boxes), 8))
+        means = np.zeros((len(boxes), 8), order="F")  # column-major, as the tracker keeps them (`tracks`)
         means[:, :4] = measurements_from_boxes(boxes)
-        spreads = np.zeros((len(boxes), 3, 4))
+        spreads = np.zeros((len(boxes), 3, 4), order="F")
         spreads[:, POSITION] = (2 * self.measurement_noise * _scale(means)) ** 2
         spreads[:, RATE] = (self.initial_speed * _motion_scale(means)) ** 2
         return means, spreads
 
     def predict(self, means: Array, spreads: Array, dt: float) -> tuple[Array, Array]:
         """Every state moved `dt` seconds ahead (new arrays; the inputs are left as they were)."""
+        means = means.copy()
+        predicted = self.predict_in_place(means, spreads, dt)
+        return means, predicted.copy() if predicted is spreads else predicted
+
+    def predict_in_place(self, means: Array, spreads: Array, dt: float) -> Array:
+        """`predict` for the tracker's own table: `means` moved in place, and the new spreads returned (the
+        old array left as it was), or `spreads` itself when there is no step. The tracker predicts every
+        frame, so the step's constants are made once per interval rather than every time."""
         if len(means) == 0 or dt <= 0:
-            return means.copy(), spreads.copy()
-        predicted = means.copy()
-        predicted[:, :4] += dt * means[:, 4:]
-        np.maximum(predicted[:, 2:4], MIN_SIZE_PX, out=predicted[:, 2:4])
-        # Per 2×2 block, F P Fᵀ with F = [[1, dt], [0, 1]] is linear in (variance, covariance, rate variance):
-        # p' = p + 2 dt c + dt² r, c' = c + dt r, r' = r; and Q adds q·(dt³/3, dt²/2, dt).
-        transition = np.array([[1.0, 2 * dt, dt * dt], [0.0, 1.0, dt], [0.0, 0.0, 1.0]])
-        noise = (
-            np.array([dt**3 / 3, dt**2 / 2, dt])[:, None] * (self._noise_scale * _motion_scale(means))[:, None, :] ** 2
-        )
-        return predicted, transition @ spreads + noise
+            return spreads
+        transition, noise_weights = self._step_constants(dt)
+        # The noise scales with the sizes before the step, so it is taken first.
+        noise = noise_weights * ((self._noise_scale * _motion_scale(means)) ** 2)[:, None, :]
+        means[:, :4] += dt * means[:, 4:]
+        np.maximum(means[:, 2:4], MIN_SIZE_PX, out=means[:, 2:4])
+        if len(spreads) > 1 and spreads.flags.f_contiguous:
+            # Column-major spreads (see `tracks`): four products of 3×3 by 3×N instead of N of 3×3 by 3×4,
+            # each element the same sum of three products.
+            predicted: Array = (transition @ spreads.T).T
+        else:
+            predicted = transition @ spreads
+        predicted += noise
+        return predicted
+
+    def _step_constants(self, dt: float) -> tuple[Array, Array]:
+        """Per 2×2 block, F P Fᵀ with F = [[1, dt], [0, 1]] is linear in (variance, covariance, rate variance):
+        p' = p + 2 dt c + dt² r, c' = c + dt r, r' = r; and Q adds q·(dt³/3, dt²/2, dt). The matrix of that
+        map and Q's weights, for `dt`; a camera's frames mostly come at one interval, so the last is kept."""
+        if dt != self._step:
+            self._transition = np.array([[1.0, 2 * dt, dt * dt], [0.0, 1.0, dt], [0.0, 0.0, 1.0]])
+            self._noise_weights = np.array([dt**3 / 3, dt**2 / 2, dt])[:, None]
+            self._step = dt
+        return self._transition, self._noise_weights
 
     def gating_distance(self, means: Array, spreads: Array, boxes: Array) -> Array:
         """Squared Mahalanobis distance of every box (M×4) from every predicted state (N rows): N×M.
@@ -122,18 +146,32 @@ class ConstantVelocityFilter:
 
     def update(self, means: Array, spreads: Array, boxes: Array) -> tuple[Array, Array]:
         """States corrected by one measured box each (row i by boxes[i]); new arrays."""
+        means, spreads = means.copy(), spreads.copy()
+        self.update_in_place(means, spreads, measurements_from_boxes(boxes))
+        return means, spreads
+
+    def update_in_place(
+        self, means: Array, spreads: Array, measurements: Array, rows: npt.NDArray[np.bool_] | None = None
+    ) -> None:
+        """`update` for the tracker's own table, on [cx, cy, w, h] measurements: both arrays corrected in place,
+        which spares copying them and writing them back. With `rows`, only those rows are corrected; the
+        others (missed tracks) keep their states exactly, whatever their measurement row holds."""
         if len(means) == 0:
-            return means.copy(), spreads.copy()
-        innovation = measurements_from_boxes(boxes) - means[:, :4]
+            return
+        innovation = measurements - means[:, :4]
         innovation_variance = self._innovation_variance(means, spreads)
         gains = spreads[:, :2] / innovation_variance[:, None, :]  # K per block: (position, rate) rows
-        corrected = means + (gains * innovation[:, None, :]).reshape(-1, 8)
-        np.maximum(corrected[:, 2:4], MIN_SIZE_PX, out=corrected[:, 2:4])
-        # (I - K H) P per block: p' = (1 - kp) p, c' = (1 - kp) c, r' = r - kr c.
-        updated = spreads.copy()
-        updated[:, :2] *= 1 - gains[:, POSITION : POSITION + 1]
-        updated[:, RATE] -= gains[:, 1] * spreads[:, CROSS]
-        return corrected, updated
+        if rows is None:
+            means += (gains * innovation[:, None, :]).reshape(-1, 8)
+            np.maximum(means[:, 2:4], MIN_SIZE_PX, out=means[:, 2:4])
+        else:
+            gains *= rows[:, None, None]  # no gain: the spreads below stay as they were, to the bit
+            corrections = (gains * innovation[:, None, :]).reshape(-1, 8)
+            np.add(means, corrections, out=means, where=rows[:, None])
+            np.maximum(means[:, 2:4], MIN_SIZE_PX, out=means[:, 2:4], where=rows[:, None])
+        # (I - K H) P per block: r' = r - kr c, then p' = (1 - kp) p, c' = (1 - kp) c.
+        spreads[:, RATE] -= gains[:, 1] * spreads[:, CROSS]
+        spreads[:, :2] *= 1 - gains[:, POSITION : POSITION + 1]
 
     def _innovation_variance(self, means: Array, spreads: Array) -> Array:
         """S = H P Hᵀ + R per coordinate: the spread of a measured box around the predicted one."""

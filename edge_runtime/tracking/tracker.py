@@ -37,10 +37,10 @@ the previous frame, catches a slow creep that no single frame shows.
 
 from __future__ import annotations
 
-import functools
 import itertools
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+import operator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -54,9 +54,11 @@ from edge_runtime.tracking.association import (
 )
 from edge_runtime.tracking.config import TrackConfig
 from edge_runtime.tracking.filters import DetectionFilter
-from edge_runtime.tracking.kalman import GATE_95, ConstantVelocityFilter, boxes_from_states
+from edge_runtime.tracking.kalman import GATE_95, ConstantVelocityFilter, boxes_from_states, measurements_from_boxes
+from edge_runtime.tracking.label_rules import LabelRules
 from edge_runtime.tracking.objects import TrackedObject, TrackUpdate
-from edge_runtime.tracking.tracks import HISTORY_LENGTH, TrackTable, median_scores
+from edge_runtime.tracking.reports import Reporter
+from edge_runtime.tracking.tracks import HISTORY_LENGTH, TrackTable, median_scores, take_rows
 
 if TYPE_CHECKING:  # the decoders package imports OpenCV, which the tracker does not need
     from edge_runtime.decoders.decoded import Detection
@@ -70,6 +72,8 @@ Codes = npt.NDArray[np.int64]
 LOW_SCORE_MIN_IOU = 0.5  # ByteTrack's second stage: a weak detection must overlap a track well to keep it
 MAX_EXTRAPOLATION_S = 1.0
 STILL_IOU = 0.6
+# Up to this many track-detection pairs, anchors share the association's overlap matrix (see `_associate`).
+STACKED_OVERLAP_PAIRS = 1024
 
 
 class Tracker:
@@ -86,15 +90,12 @@ class Tracker:
         self.motion = motion or ConstantVelocityFilter()
         self.detection_filter = DetectionFilter(config)
         self._tracks = TrackTable.empty()
-        self._labels: list[str] = []  # label code -> label
-        self._label_codes: dict[str, int] = {}
-        self._thresholds = np.zeros(0)  # per label code
-        self._min_scores = np.zeros(0)  # per label code
+        self._label_rules = LabelRules(self.detection_filter)
+        self._reporter = Reporter(config.confirm_hits, config.stationary_after_s)
         self._serials = itertools.count(1)
         self._time: float | None = None
         self._confirm_hits = config.confirm_hits
         self._lost_after_s = config.lost_after_s
-        self._stationary_after_s = config.stationary_after_s
         self._high, self._new_track = config.scores.high, config.scores.new_track
         self._fuse_score, self._iou_limit = config.match.fuse_score, 1.0 - config.match.iou
         self._relative_distance = config.match.relative_distance
@@ -107,35 +108,43 @@ class Tracker:
         """Take one analysed frame's detections, captured at `timestamp` (seconds), on a frame of
         `frame_size` (width, height) pixels. A timestamp earlier than the previous one counts as equal."""
         now = self._advance(timestamp, extrapolate=True)
+        self._reporter.expect(len(detections))
         indices, boxes, scores, codes = self._admitted(detections, frame_size)
-        matches = self._associate(boxes, scores, codes)
-        self._apply(matches, boxes, scores, codes, now)
+        matches, unmatched, predicted, anchor_overlap = self._associate(boxes, scores, codes)
+        all_matched, shown_boxes = self._apply(matches, predicted, anchor_overlap, boxes, scores, codes, now)
 
         tracks = self._tracks
-        missed = matches < 0
         ended: tuple[TrackedObject, ...] = ()
-        if np.count_nonzero(missed):
+        if not all_matched:
             confirmed = tracks.hits >= self._confirm_hits
-            tracks.missed_since[missed] = np.fmin(tracks.missed_since[missed], now)  # NaN (not missing) gives now
-            gone = missed & confirmed & (now - tracks.missed_since >= self._lost_after_s)
-            if np.count_nonzero(gone):
-                ended = self._report(tracks.select(gone), now, None)
-            keep = ~gone & (confirmed | ~missed)  # a tentative track missed once is dropped
-            if np.count_nonzero(keep) < len(keep):
+            # A tentative track missed once is dropped; a confirmed one once missing for lost_after_s (matched
+            # tracks' missed_since is NaN, which fmin passes over and which compares False).
+            dropped = (matches < 0) & ~confirmed
+            if now - np.fmin.reduce(tracks.missed_since) >= self._lost_after_s:
+                dropped |= now - tracks.missed_since >= self._lost_after_s
+            if np.count_nonzero(dropped):
+                gone = dropped & confirmed
+                if np.count_nonzero(gone):
+                    ended = self._reporter.objects(tracks.select(gone), now, None)
+                keep = ~dropped
                 tracks = tracks.select(keep)
                 matches = matches[keep]
+                if shown_boxes is not None:
+                    shown_boxes = take_rows(shown_boxes, keep.nonzero()[0])
 
-        untaken = scores >= self._new_track
-        if np.count_nonzero(untaken):
-            untaken[matches[matches >= 0]] = False
-            starting = untaken.nonzero()[0]
+        if len(unmatched):  # confident detections left unmatched start tracks when confident enough for that
+            starting = unmatched[scores[unmatched] >= self._new_track]
             if len(starting):
-                tracks = tracks.extend(self._start(boxes[starting], scores[starting], codes[starting], now))
+                started = take_rows(boxes, starting)
+                tracks = tracks.extend(self._start(started, scores[starting], codes[starting], now))
                 matches = np.concatenate([matches, starting])
+                if shown_boxes is not None:
+                    shown_boxes = np.concatenate([shown_boxes, started])
         self._tracks = tracks
-        # Each track's position in `detections`, or -1: the row -1 (missed) picks the -1 appended.
-        detection_indices = np.concatenate([indices, _NOT_FOUND])[matches]
-        return TrackUpdate(now, self._report(tracks, now, detection_indices), ended)
+        # Each track's position in `detections`, or -1; where every detection was admitted, `matches` is that.
+        # Otherwise the row -1 (missed) picks the -1 appended.
+        detection_indices = matches if indices is None else np.concatenate([indices, _NOT_FOUND])[matches]
+        return TrackUpdate(now, self._reporter.objects(tracks, now, detection_indices, shown_boxes), ended)
 
     def coast(self, timestamp: float) -> TrackUpdate:
         """Frames up to `timestamp` went by without analysis because the scene did not change: objects
@@ -146,10 +155,10 @@ class Tracker:
         confirmed = tracks.hits >= self._confirm_hits
         gone = confirmed & (now - tracks.missed_since >= self._lost_after_s)  # NaN compares False
         if not np.count_nonzero(gone):
-            return TrackUpdate(now, self._report(tracks, now, np.full(len(tracks), -1)), ())
-        ended = self._report(tracks.select(gone), now, None)
+            return TrackUpdate(now, self._reporter.objects(tracks, now, np.full(len(tracks), -1)), ())
+        ended = self._reporter.objects(tracks.select(gone), now, None)
         self._tracks = tracks.select(~gone)
-        return TrackUpdate(now, self._report(self._tracks, now, np.full(len(self._tracks), -1)), ended)
+        return TrackUpdate(now, self._reporter.objects(self._tracks, now, np.full(len(self._tracks), -1)), ended)
 
     def _advance(self, timestamp: float, extrapolate: bool) -> float:
         """Move the tracker's clock to `timestamp`, predicting every box there when `extrapolate`."""
@@ -158,198 +167,209 @@ class Tracker:
         if previous is not None and extrapolate:
             step = min(now - previous, MAX_EXTRAPOLATION_S)
             tracks = self._tracks
-            tracks.means, tracks.spreads = self.motion.predict(tracks.means, tracks.spreads, step)
+            tracks.spreads = self.motion.predict_in_place(tracks.means, tracks.spreads, step)
         self._time = now
         return now
 
     def _admitted(
         self, detections: Sequence[Detection], frame_size: tuple[int, int]
-    ) -> tuple[Indices, Array, Array, Codes]:
-        """The detections the filters let through: their positions in `detections`, boxes, scores, labels."""
+    ) -> tuple[Indices | None, Array, Array, Codes]:
+        """The detections the filters let through: their positions in `detections` (None: all of them, in
+        order), boxes, scores, labels."""
         if not detections:
-            return _NO_INDICES, _NO_BOXES, _NO_SCORES, _NO_CODES
-        # One flat pass over the coordinates: np.array on a list of tuples takes twice as long.
-        corners = itertools.chain.from_iterable([d.box for d in detections])
-        boxes = np.fromiter(corners, np.float64, 4 * len(detections)).reshape(-1, 4)
-        scores = np.array([d.score for d in detections], dtype=np.float64)
-        labels = [d.label for d in detections]
+            return None, _NO_BOXES, _NO_SCORES, _NO_CODES
+        # One flat pass over the coordinates (np.array on a list of tuples takes twice as long), and attribute
+        # getters mapped in C rather than comprehensions.
+        count = len(detections)
+        corners = np.fromiter(itertools.chain.from_iterable(map(_box, detections)), np.float64, 4 * count)
+        boxes = np.asfortranarray(corners.reshape(-1, 4))  # column-major, as the track table (`tracks`)
+        scores = np.fromiter(map(_score, detections), np.float64, count)
+        labels = list(map(_label, detections))
         admitted = self.detection_filter.admit(labels, boxes, scores, frame_size)
-        indices = admitted.nonzero()[0]
-        if len(indices) < len(labels):  # usually every detection passes, and nothing needs copying
+        indices = None
+        if np.count_nonzero(admitted) < count:  # usually every detection passes, and nothing needs copying
+            indices = admitted.nonzero()[0]
             labels = [labels[i] for i in indices.tolist()]
-            boxes, scores = boxes[indices], scores[indices]
-        known = self._label_codes
-        try:
-            codes = [known[label] for label in labels]
-        except KeyError:  # a label's first sight
-            codes = [self._code(label) for label in labels]
-        return indices, boxes, scores, np.array(codes, dtype=np.int64)
+            boxes, scores = take_rows(boxes, indices), scores[indices]
+        return indices, boxes, scores, self._label_rules.codes(labels)
 
-    def _associate(self, boxes: Array, scores: Array, codes: Codes) -> Indices:
-        """For each track, the row of the detection it matched, or -1 (steps 3 to 5 above)."""
+    def _associate(self, boxes: Array, scores: Array, codes: Codes) -> _Association:
+        """Steps 3 to 5 above."""
         tracks = self._tracks
-        matches = np.full(len(tracks), -1, dtype=np.intp)
-        if len(tracks) == 0 or len(boxes) == 0:
-            return matches
-        predicted = boxes_from_states(tracks.means)
-        overlap = iou_matrix(predicted, boxes)
-        different = tracks.label_codes[:, None] != codes
+        count = len(tracks)
+        matches = np.full(count, -1, dtype=np.intp)
         confident = scores >= self._high
+        if count == 0 or len(boxes) == 0:
+            return _Association(matches, confident.nonzero()[0], None, None)
+        predicted = boxes_from_states(tracks.means)
+        anchor_overlap = None
+        if count * len(boxes) <= STACKED_OVERLAP_PAIRS:
+            # Anchors below the predicted boxes: one overlap matrix twice as tall costs less than a second
+            # computation, while the matrices are small enough that the number of numpy calls is what counts.
+            both = iou_matrix(np.concatenate([predicted, tracks.anchors]), boxes)
+            overlap, anchor_overlap = both[:count], both[count:]
+        else:
+            overlap = iou_matrix(predicted, boxes)
+        track_codes = tracks.label_codes
         confident_count = np.count_nonzero(confident)
         all_confident = confident_count == len(confident)
 
+        taken = _NO_INDICES  # the confident detections matched
         if confident_count:
             similarity = overlap * scores if self._fuse_score else overlap
-            forbidden = different if all_confident else different | ~confident
+            # A weak detection's code -1 matches no track's label: one comparison forbids both.
+            forbidden = track_codes[:, None] != (codes if all_confident else np.where(confident, codes, -1))
             first = assign(np.where(forbidden, FORBIDDEN, 1.0 - similarity), self._iou_limit)
             matches[first.rows] = first.columns
+            taken = first.columns
+        matched_count = len(taken)
 
         if not all_confident:
-            open_rows = ((matches < 0) & (tracks.hits >= self._confirm_hits)).nonzero()[0]
-            if len(open_rows):
-                weak_columns = (~confident).nonzero()[0]
-                pairs = open_rows[:, None], weak_columns  # as np.ix_, without its Python overhead
-                cost = np.where(different[pairs], FORBIDDEN, 1.0 - overlap[pairs])
-                second = assign(cost, 1.0 - LOW_SCORE_MIN_IOU)
-                matches[open_rows[second.rows]] = weak_columns[second.columns]
+            # Only weak detections that overlap some track well enough can be paired: usually none does. A
+            # column's best overlap passes the limit exactly when one of its overlaps does.
+            weak = ~confident
+            weak &= 1.0 - np.maximum.reduce(overlap, axis=0) <= 1.0 - LOW_SCORE_MIN_IOU
+            if np.count_nonzero(weak):
+                open_rows = ((matches < 0) & (tracks.hits >= self._confirm_hits)).nonzero()[0]
+                if len(open_rows):
+                    weak_columns = weak.nonzero()[0]
+                    pairs = open_rows[:, None], weak_columns  # as np.ix_, without its Python overhead
+                    different = track_codes[open_rows, None] != codes[weak_columns]
+                    cost = np.where(different, FORBIDDEN, 1.0 - overlap[pairs])
+                    second = assign(cost, 1.0 - LOW_SCORE_MIN_IOU)
+                    matches[open_rows[second.rows]] = weak_columns[second.columns]
+                    matched_count += len(second.rows)
 
-        if self._relative_distance <= 0:
-            return matches
-        open_rows = (matches < 0).nonzero()[0]
-        if len(open_rows) == 0:
-            return matches
+        if len(taken) == confident_count:  # every confident detection matched: nothing waits, nothing starts
+            return _Association(matches, _NO_INDICES, predicted, anchor_overlap)
         waiting = confident.copy()
-        waiting[matches[matches >= 0]] = False
+        waiting[taken] = False  # the weak stage takes no confident detection
         waiting_columns = waiting.nonzero()[0]
-        if len(waiting_columns) == 0:
-            return matches
+        if self._relative_distance <= 0 or matched_count == count:
+            return _Association(matches, waiting_columns, predicted, anchor_overlap)
+        open_rows = (matches < 0).nonzero()[0]
         distance = relative_distance_matrix(predicted[open_rows], boxes[waiting_columns])
         if not np.count_nonzero(distance <= self._relative_distance):  # usual: no pair near enough to gate
-            return matches
+            return _Association(matches, waiting_columns, predicted, anchor_overlap)
         means, spreads = tracks.means[open_rows], tracks.spreads[open_rows]
         plausible = self.motion.gating_distance(means, spreads, boxes[waiting_columns]) <= GATE_95
-        allowed = plausible & ~different[open_rows[:, None], waiting_columns]
+        allowed = plausible & (track_codes[open_rows, None] == codes[waiting_columns])
         third = assign(np.where(allowed, distance, FORBIDDEN), self._relative_distance)
         matches[open_rows[third.rows]] = waiting_columns[third.columns]
-        return matches
+        if len(third.rows):
+            waiting[waiting_columns[third.columns]] = False
+            waiting_columns = waiting.nonzero()[0]
+        return _Association(matches, waiting_columns, predicted, anchor_overlap)
 
-    def _apply(self, matches: Indices, boxes: Array, scores: Array, codes: Codes, now: float) -> None:
-        """Correct the matched tracks with their detections, and record every track's score for the frame."""
+    def _apply(
+        self,
+        matches: Indices,
+        predicted: Array | None,
+        anchor_overlap: Array | None,
+        boxes: Array,
+        scores: Array,
+        codes: Codes,
+        now: float,
+    ) -> tuple[bool, Array | None]:
+        """Correct the matched tracks with their detections, record every track's score for the frame, and
+        mark since when each missed track is missing. Whether every track matched, and each track's box to
+        report: its detection's, or where it was `predicted` when missed (None without a prediction)."""
         tracks = self._tracks
         if len(tracks) == 0:
-            return
+            return True, None
         history = tracks.history
         history[:, :-1] = history[:, 1:]
         counted = history[:, -1]  # 0 for a miss, and for a match scoring below its label's min_score
-        counted[:] = 0.0
         matched = (matches >= 0).nonzero()[0]
-        if len(matched):
-            # Every track matched, as on most frames: a slice indexes each column as a view, without a copy.
-            at: slice | Indices = slice(None) if len(matched) == len(tracks) else matched
-            rows = matches[at]
-            found, found_scores = boxes[rows], scores[rows]
-            tracks.means[at], tracks.spreads[at] = self.motion.update(tracks.means[at], tracks.spreads[at], found)
-            tracks.hits[at] += 1
-            tracks.last_seen[at] = now
-            tracks.missed_since[at] = np.nan
-            tracks.last_boxes[at] = found
-            tracks.last_scores[at] = found_scores
-            moved = paired_iou(found, tracks.anchors[at]) < STILL_IOU
-            if np.count_nonzero(moved):
-                tracks.anchors[matched[moved]] = found[moved]
-                tracks.still_since[matched[moved]] = now
-            counted[at] = np.where(found_scores >= self._min_scores[codes[rows]], found_scores, 0.0)
+        if len(matched) == len(tracks):  # every track matched, as on most frames: each column updates in place
+            found, found_scores = take_rows(boxes, matches), scores[matches]
+            self.motion.update_in_place(tracks.means, tracks.spreads, measurements_from_boxes(found))
+            tracks.hits += 1
+            tracks.last_seen.fill(now)
+            tracks.missed_since.fill(np.nan)
+            tracks.last_boxes, tracks.last_scores = found, found_scores  # fresh arrays, owned by the table from now
+            if anchor_overlap is None:
+                moved = (paired_iou(found, tracks.anchors) < STILL_IOU).nonzero()[0]
+            else:  # the same numbers, computed with the association's overlaps
+                moved = (anchor_overlap[np.arange(len(matches)), matches] < STILL_IOU).nonzero()[0]
+            counted[:] = np.where(found_scores >= self._label_rules.min_score_of(codes, matches), found_scores, 0.0)
+            shown_boxes: Array | None = found
+        else:
+            shown_boxes = predicted  # its missed rows are the prediction, as the filter leaves their states
+            counted[:] = 0.0
+            np.fmin(tracks.missed_since, now, out=tracks.missed_since)  # NaN (not missing) gives now
+            moved = _NO_INDICES
+            if len(matched):
+                # Every column at once, the missed rows masked out, rather than gathering the matched rows and
+                # scattering them back: a missed track's row (-1) reads the last detection, and is never used.
+                seen = matches >= 0
+                found, found_scores = take_rows(boxes, matches), scores[matches]
+                self.motion.update_in_place(tracks.means, tracks.spreads, measurements_from_boxes(found), seen)
+                tracks.hits += seen
+                np.copyto(tracks.last_seen, now, where=seen)
+                np.copyto(tracks.missed_since, np.nan, where=seen)
+                np.copyto(tracks.last_boxes, found, where=seen[:, None])
+                np.copyto(tracks.last_scores, found_scores, where=seen)
+                if shown_boxes is not None:
+                    np.copyto(shown_boxes, found, where=seen[:, None])
+                if anchor_overlap is None:
+                    overlaps = paired_iou(found, tracks.anchors)
+                else:
+                    overlaps = anchor_overlap[np.arange(len(matches)), matches]
+                moved = ((overlaps < STILL_IOU) & seen).nonzero()[0]
+                seen &= found_scores >= self._label_rules.min_score_of(codes, matches)
+                counted[:] = np.where(seen, found_scores, 0.0)
+        if len(moved):  # rows of tracks and of `found` alike
+            tracks.anchors[moved] = found[moved]
+            tracks.still_since[moved] = now
         medians = median_scores(history)
         np.maximum(tracks.top_scores, medians, out=tracks.top_scores)
-        tracks.real |= medians >= self._thresholds[tracks.label_codes]
+        tracks.real |= medians >= self._label_rules.threshold_of(tracks.label_codes)
+        return len(matched) == len(tracks), shown_boxes
 
     def _start(self, boxes: Array, scores: Array, codes: Codes, now: float) -> TrackTable:
         """Tentative tracks for the given detections, with one hit and one score each."""
         count = len(boxes)
         means, spreads = self.motion.initiate(boxes)
-        history = np.full((count, HISTORY_LENGTH), np.nan)
-        history[:, -1] = np.where(scores >= self._min_scores[codes], scores, 0.0)
+        history = np.full((count, HISTORY_LENGTH), np.nan, order="F")
+        history[:, -1] = np.where(scores >= self._label_rules.min_score_of(codes, slice(None)), scores, 0.0)
         medians = median_scores(history)
         serials = list(itertools.islice(self._serials, count))
         return TrackTable(
             means=means,
             spreads=spreads,
             label_codes=codes,
+            labels=self._label_rules.names(codes),
             hits=np.ones(count, dtype=np.int64),
             start_times=np.full(count, now),
             last_seen=np.full(count, now),
             missed_since=np.full(count, np.nan),
             still_since=np.full(count, now),
-            anchors=boxes.copy(),
-            last_boxes=boxes.copy(),
+            anchors=boxes.copy(order="F"),
+            last_boxes=boxes.copy(order="F"),
             last_scores=scores.copy(),
             history=history,
             top_scores=medians,
-            real=medians >= self._thresholds[codes],
+            real=medians >= self._label_rules.threshold_of(codes),
             serials=np.array(serials, dtype=np.int64),
             ids=np.array([f"{now:.3f}-{serial}" for serial in serials], dtype=object),
         )
 
-    def _code(self, label: str) -> int:
-        """The label's number, given on first sight, with its filter's thresholds cached by number."""
-        code = self._label_codes.get(label)
-        if code is None:
-            code = self._label_codes[label] = len(self._labels)
-            self._labels.append(label)
-            rule = self.detection_filter.filter_for(label)
-            self._thresholds = np.append(self._thresholds, rule.threshold)
-            self._min_scores = np.append(self._min_scores, rule.min_score)
-        return code
 
-    def _report(self, tracks: TrackTable, now: float, detection_indices: Indices | None) -> tuple[TrackedObject, ...]:
-        """The confirmed real objects among `tracks`: present ones with their index in this frame's
-        detections (-1: missed, box predicted), or ended ones (None) as they were last seen."""
-        shown_mask = (tracks.hits >= self._confirm_hits) & tracks.real
-        shown: slice | Indices
-        if np.count_nonzero(shown_mask) == len(shown_mask):  # as on most frames: a slice indexes without copies
-            shown = slice(None)
-        else:
-            shown = shown_mask.nonzero()[0]
-            if len(shown) == 0:
-                return ()
-        boxes = tracks.last_boxes[shown]
-        if detection_indices is None:
-            indices = [None] * len(boxes)
-        else:
-            found = detection_indices[shown]
-            coasting = found < 0
-            if np.count_nonzero(coasting):
-                boxes = np.where(coasting[:, None], boxes_from_states(tracks.means[shown]), boxes)
-            indices = [index if index >= 0 else None for index in found.tolist()]
-        starts = tracks.start_times[shown]
-        labels = self._labels
-        return tuple(
-            map(
-                _tracked_object,
-                zip(
-                    tracks.ids[shown].tolist(),
-                    [labels[code] for code in tracks.label_codes[shown].tolist()],
-                    zip(*boxes.T.tolist(), strict=True),  # box tuples, from the four coordinate columns
-                    tracks.last_scores[shown].tolist(),
-                    tracks.top_scores[shown].tolist(),
-                    (now - tracks.still_since[shown] >= self._stationary_after_s).tolist(),
-                    tracks.hits[shown].tolist(),
-                    starts.tolist(),
-                    tracks.last_seen[shown].tolist(),
-                    (now - starts).tolist(),
-                    indices,
-                    strict=True,
-                ),
-            )
-        )
-
-
-# A named tuple's constructor, and its `_make`, are Python functions around tuple.__new__: calling that
-# directly on each row of fields (eleven, in field order) saves a Python call per object per frame.
-_tracked_object = cast(Callable[[Iterable[Any]], TrackedObject], functools.partial(tuple.__new__, TrackedObject))
-
-_NO_INDICES = np.zeros(0, dtype=np.intp)
+_box, _score, _label = operator.attrgetter("box"), operator.attrgetter("score"), operator.attrgetter("label")
 _NOT_FOUND = np.full(1, -1, dtype=np.intp)
+_NO_INDICES = np.zeros(0, dtype=np.intp)
+
+
+class _Association(NamedTuple):
+    """What `Tracker._associate` found."""
+
+    matches: Indices  # for each track, the row of the detection it matched, or -1
+    unmatched: Indices  # the confident detections left unmatched, which may start tracks
+    predicted: Array | None  # each track's predicted box (None when there was nothing to match)
+    anchor_overlap: Array | None  # on a small frame, each track's anchor's overlap with each detection
+
+
 _NO_BOXES = np.zeros((0, 4))
 _NO_SCORES = np.zeros(0)
 _NO_CODES = np.zeros(0, dtype=np.int64)

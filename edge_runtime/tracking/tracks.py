@@ -15,16 +15,24 @@ two of the first three frames must score at `threshold`.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["HISTORY_LENGTH", "HISTORY_PADDING", "TrackTable", "median_scores"]
+__all__ = ["HISTORY_LENGTH", "HISTORY_PADDING", "TrackTable", "median_scores", "take_rows"]
 
 Array = npt.NDArray[np.float64]
 
 HISTORY_LENGTH = 10
 HISTORY_PADDING = 3
+FEW_YOUNG_ROWS = 8  # up to this many rows not yet full, `median_scores` takes them one by one
+
+
+def take_rows(array: npt.NDArray[Any], rows: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
+    """`array[rows]`, in the same column-major layout as the table's arrays (see `TrackTable`)."""
+    taken: npt.NDArray[Any] = np.take(array.T, rows, axis=-1).T
+    return taken
 
 
 def median_scores(history: Array) -> Array:
@@ -33,9 +41,23 @@ def median_scores(history: Array) -> Array:
     if len(history) == 0:
         return np.zeros(0)
     middle = HISTORY_LENGTH // 2
-    if not np.count_nonzero(np.isnan(history[:, 0])):  # every row full, as for all tracks older than ten frames
-        ordered = np.sort(history, axis=1)
-        return np.asarray((ordered[:, middle - 1] + ordered[:, middle]) / 2)
+    ordered = np.sort(history, axis=1)  # NaN sorts last
+    medians = (ordered[:, middle - 1] + ordered[:, middle]) / 2
+    young = np.isnan(ordered[:, -1]).nonzero()[0]  # rows not yet full: a track's first ten frames
+    if len(young) > FEW_YOUNG_ROWS:  # many new tracks at once: every row at once
+        return _padded_medians(history)
+    for row in young.tolist():  # usually a new track or two, faster in Python than a dozen numpy calls
+        recorded = [score for score in history[row].tolist() if score == score]
+        if len(recorded) < HISTORY_PADDING:  # the padding fills the places left of the scores
+            recorded[:0] = [0.0] * (HISTORY_PADDING - len(recorded))
+        recorded.sort()
+        count = len(recorded)
+        medians[row] = (recorded[(count - 1) // 2] + recorded[count // 2]) / 2
+    return np.asarray(medians)
+
+
+def _padded_medians(history: Array) -> Array:
+    """`median_scores` of every row by padding them all, sorting, and picking each row's middle."""
     padded = history.copy()
     tail = padded[:, -HISTORY_PADDING:]
     tail[np.isnan(tail)] = 0.0
@@ -47,11 +69,19 @@ def median_scores(history: Array) -> Array:
 
 @dataclass
 class TrackTable:
-    """The live tracks; row i of every array is track i. Rows are added and dropped together."""
+    """The live tracks; row i of every array is track i. Rows are added and dropped together.
+
+    The arrays of several columns are column-major (Fortran order): each column, such as every track's
+    centre x, is contiguous, so a step on some columns of all tracks (the filter's, mostly) runs as one
+    loop over memory rather than one short loop per track: at a hundred tracks the filter's correction
+    takes about a third less time.
+    Row-major arrays give the same numbers, only more slowly; `select` and `extend` keep the layout.
+    """
 
     means: Array  # (N, 8) filter states
     spreads: Array  # (N, 3, 4) the filter's covariance blocks (see `kalman`)
     label_codes: npt.NDArray[np.int64]  # (N,) index into the tracker's list of labels
+    labels: npt.NDArray[np.object_]  # (N,) the label itself, for reports
     hits: npt.NDArray[np.int64]  # (N,)
     start_times: Array  # (N,) capture time of the first detection
     last_seen: Array  # (N,) capture time of the latest match
@@ -69,18 +99,19 @@ class TrackTable:
     @classmethod
     def empty(cls) -> TrackTable:
         return cls(
-            means=np.zeros((0, 8)),
-            spreads=np.zeros((0, 3, 4)),
+            means=np.zeros((0, 8), order="F"),
+            spreads=np.zeros((0, 3, 4), order="F"),
             label_codes=np.zeros(0, dtype=np.int64),
+            labels=np.zeros(0, dtype=object),
             hits=np.zeros(0, dtype=np.int64),
             start_times=np.zeros(0),
             last_seen=np.zeros(0),
             missed_since=np.zeros(0),
             still_since=np.zeros(0),
-            anchors=np.zeros((0, 4)),
-            last_boxes=np.zeros((0, 4)),
+            anchors=np.zeros((0, 4), order="F"),
+            last_boxes=np.zeros((0, 4), order="F"),
             last_scores=np.zeros(0),
-            history=np.zeros((0, HISTORY_LENGTH)),
+            history=np.zeros((0, HISTORY_LENGTH), order="F"),
             top_scores=np.zeros(0),
             real=np.zeros(0, dtype=np.bool_),
             serials=np.zeros(0, dtype=np.int64),
@@ -92,7 +123,10 @@ class TrackTable:
 
     def select(self, rows: npt.NDArray[np.bool_] | npt.NDArray[np.intp]) -> TrackTable:
         """The tracks at `rows` (a boolean mask or indices), as a table of their own."""
-        return TrackTable(**{name: getattr(self, name)[rows] for name in _COLUMNS})
+        indices: npt.NDArray[np.intp] = (
+            rows.nonzero()[0] if rows.dtype == np.bool_ else rows.astype(np.intp, copy=False)
+        )
+        return TrackTable(**{name: take_rows(getattr(self, name), indices) for name in _COLUMNS})
 
     def extend(self, other: TrackTable) -> TrackTable:
         """These tracks followed by `other`'s."""

@@ -163,3 +163,39 @@ def test_the_gate_trusts_a_steady_track_more_than_a_new_one() -> None:
     assert steady[0, 0] < GATE_95 < steady[0, 1]
     assert new[0, 0] < steady[0, 1]
     assert motion.gating_distance(steady_means, steady_spreads, np.zeros((0, 4))).shape == (1, 0)
+
+
+def test_in_place_steps_on_a_column_major_table_give_what_the_copying_ones_give() -> None:
+    rng = np.random.default_rng(11)
+    motion = ConstantVelocityFilter()
+    starts = rng.uniform(0, 500, (7, 2))
+    boxes = np.concatenate([starts, starts + rng.uniform(20, 150, (7, 2))], axis=1)
+    means, spreads = motion.initiate(boxes)
+    assert means.flags.f_contiguous and spreads.flags.f_contiguous
+    for dt in (0.1, 0.1, 0.25, 0.0, 1.0):
+        expected_means, expected_spreads = motion.predict(
+            np.ascontiguousarray(means), np.ascontiguousarray(spreads), dt
+        )
+        spreads = motion.predict_in_place(means, spreads, dt)
+        assert np.array_equal(means, expected_means)
+        # The spreads' products are grouped differently for the two layouts: a BLAS kernel may round them
+        # differently in the last bit, never by more.
+        assert np.allclose(spreads, expected_spreads, rtol=1e-14, atol=0.0)
+        measured = boxes + rng.normal(0, 3, boxes.shape)
+        expected_means, expected_spreads = motion.update(means, spreads, measured)
+        motion.update_in_place(means, spreads, measurements_from_boxes(measured))
+        assert np.array_equal(means, expected_means) and np.array_equal(spreads, expected_spreads)
+
+
+def test_rows_left_out_of_an_update_keep_their_states_whatever_their_measurement() -> None:
+    motion = ConstantVelocityFilter()
+    starts = np.array([[10.0, 10.0, 60.0, 130.0], [300.0, 200.0, 500.0, 300.0], [600.0, 50.0, 620.0, 90.0]])
+    means, spreads = motion.initiate(starts)
+    spreads = motion.predict_in_place(means, spreads, 0.2)
+    measured = measurements_from_boxes(starts + 5.0)
+    measured[1] = np.nan  # a missed track's row holds whatever detection came last
+    expected_means, expected_spreads = motion.update(means[[0, 2]], spreads[[0, 2]], starts[[0, 2]] + 5.0)
+    kept_means, kept_spreads = means[1].copy(), spreads[1].copy()
+    motion.update_in_place(means, spreads, measured, np.array([True, False, True]))
+    assert np.array_equal(means[1], kept_means) and np.array_equal(spreads[1], kept_spreads)
+    assert np.array_equal(means[[0, 2]], expected_means) and np.array_equal(spreads[[0, 2]], expected_spreads)

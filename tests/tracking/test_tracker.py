@@ -13,6 +13,7 @@ from synthetic_scenes import HEIGHT, WIDTH, SceneSettings, scene
 
 from edge_runtime.decoders.decoded import Detection
 from edge_runtime.tracking import TrackConfig, TrackedObject, Tracker, TrackUpdate
+from edge_runtime.tracking import tracker as tracker_module
 from edge_runtime.tracking.config import ObjectFilter
 
 FRAME = (1280, 720)
@@ -375,3 +376,13 @@ def _scene_updates(config: TrackConfig) -> list[TrackUpdate]:
 )
 def test_every_answer_on_the_synthetic_scenes_is_the_recorded_one(name: str, config: dict[str, Any]) -> None:
     assert _digest_of(_scene_updates(TrackConfig.model_validate(config))) == RECORDED_OUTPUTS[name]
+
+
+@pytest.mark.parametrize("stacked_pairs", [0, 10**9])
+def test_anchors_overlap_the_same_from_the_association_matrix_and_on_their_own(
+    stacked_pairs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On small frames the stationary check reads the association's overlap matrix, on large ones it
+    computes the anchors' overlaps apart: either way every answer is the recorded one."""
+    monkeypatch.setattr(tracker_module, "STACKED_OVERLAP_PAIRS", stacked_pairs)
+    assert _digest_of(_scene_updates(TrackConfig())) == RECORDED_OUTPUTS["scenes"]
