@@ -7,11 +7,12 @@ times `--frames` consecutive updates of each size in turn and takes their median
 median of the rounds' medians and their spread. One thread: numpy's BLAS is limited to one before numpy
 is imported. Goals: at most 0.5 ms for 20 objects and 2 ms for 100.
 
-Zones and lines: what `Zones.update_from` and `Lines.update_from` cost per frame, on the tracker's
-answers for the 20-object scene (computed beforehand, so the tracker is not timed), with 10 zones
-(random convex polygons of 4 to 8 corners, each about a tenth of the frame) and 10 lines (random segments
-a fifth to a half of the frame long), every zone and line taking every label. Rounds and medians as
-above. Goal: zones, lines and events together at most 0.3 ms per frame; the figure is zones and lines.
+Zones, lines and events: what `Zones.update_from`, `Lines.update_from` and `ObjectEvents.update` (events'
+messages and picture decisions, with the config's defaults; encoding pictures is the pipeline's) cost per
+frame, on the tracker's answers for the 20-object scene (computed beforehand, so the tracker is not
+timed), with 10 zones (random convex polygons of 4 to 8 corners, each about a tenth of the frame) and
+10 lines (random segments a fifth to a half of the frame long), every zone and line taking every label.
+Rounds and medians as above. Goal: zones, lines and events together at most 0.3 ms per frame.
 
 Against roboflow's `ByteTrackTracker` (`--peers`): the same detections at 20 and 100 objects go through
 both trackers in the same run, each round timing `--frames` updates of ours and then the same frames
@@ -50,6 +51,7 @@ import numpy as np  # noqa: E402
 
 from edge_runtime.decoders.decoded import Detection  # noqa: E402
 from edge_runtime.tracking import TrackConfig, Tracker, TrackUpdate  # noqa: E402
+from edge_runtime.tracking.events import EventsConfig, ObjectEvents  # noqa: E402
 from edge_runtime.tracking.lines import LineConfig, Lines  # noqa: E402
 from edge_runtime.tracking.zones import ZoneConfig, Zones  # noqa: E402
 
@@ -244,9 +246,10 @@ def random_lines(count: int, rng: np.random.Generator) -> dict[str, LineConfig]:
     return lines
 
 
-def place_times_ms(rounds: int, frames: int) -> tuple[dict[str, list[float]], int, int, int]:
-    """The median per-frame time of each round for zones, lines and both; the objects reported in the last
-    frame; and over the timed frames, the zones entered by objects that ended and the crossings counted."""
+def place_times_ms(rounds: int, frames: int) -> tuple[dict[str, list[float]], int, int, int, int]:
+    """The median per-frame time of each round for zones, lines, events and all three; the objects reported
+    in the last frame; and over the timed frames, the zones entered by objects that ended, the crossings
+    counted and the event messages."""
     objects, zone_count, line_count = PLACES
     detections = frames_of(objects, WARM_UP + rounds * frames)
     tracker = Tracker(TrackConfig())
@@ -255,29 +258,35 @@ def place_times_ms(rounds: int, frames: int) -> tuple[dict[str, list[float]], in
     ]
     rng = np.random.default_rng(1)
     zones, lines = Zones(random_zones(zone_count, rng)), Lines(random_lines(line_count, rng), 0.0)
+    events = ObjectEvents(EventsConfig(), "bench")
     for update in updates[:WARM_UP]:
-        zones.update_from(update, (WIDTH, HEIGHT))
+        report = zones.update_from(update, (WIDTH, HEIGHT))
         lines.update_from(update, (WIDTH, HEIGHT))
-    medians: dict[str, list[float]] = {"zones": [], "lines": [], "zones + lines": []}
-    entries = crossings = 0
+        events.update(update, report.objects | report.ended, (WIDTH, HEIGHT))
+    medians: dict[str, list[float]] = {"zones": [], "lines": [], "events": [], "zones + lines + events": []}
+    entries = crossings = messages = 0
     for round_number in range(rounds):
-        zone_times, line_times = [], []
+        times: dict[str, list[float]] = {"zones": [], "lines": [], "events": []}
         for offset in range(frames):
             update = updates[WARM_UP + round_number * frames + offset]
             start = time.perf_counter()
             report = zones.update_from(update, (WIDTH, HEIGHT))
-            middle = time.perf_counter()
+            zoned = time.perf_counter()
             crossed = lines.update_from(update, (WIDTH, HEIGHT))
+            lined = time.perf_counter()
+            told = events.update(update, report.objects | report.ended, (WIDTH, HEIGHT))
             end = time.perf_counter()
-            zone_times.append(middle - start)
-            line_times.append(end - middle)
+            times["zones"].append(zoned - start)
+            times["lines"].append(lined - zoned)
+            times["events"].append(end - lined)
             entries += sum(len(zones_of.entered) for zones_of in report.ended.values())
             crossings += len(crossed)
-        medians["zones"].append(statistics.median(zone_times) * 1000)
-        medians["lines"].append(statistics.median(line_times) * 1000)
-        both = [zone + line for zone, line in zip(zone_times, line_times, strict=True)]
-        medians["zones + lines"].append(statistics.median(both) * 1000)
-    return medians, len(updates[-1].objects), entries, crossings
+            messages += len(told.messages)
+        for part, taken in times.items():
+            medians[part].append(statistics.median(taken) * 1000)
+        together = [sum(parts) for parts in zip(*times.values(), strict=True)]
+        medians["zones + lines + events"].append(statistics.median(together) * 1000)
+    return medians, len(updates[-1].objects), entries, crossings, messages
 
 
 def import_costs(count: int, preload: str) -> tuple[float, float, list[str]]:
@@ -321,11 +330,12 @@ def main() -> None:
         )
     if args.peers:
         print_peer_comparison(args.rounds, args.frames)
-    medians, present, entries, crossings = place_times_ms(args.rounds, args.frames)
+    medians, present, entries, crossings, messages = place_times_ms(args.rounds, args.frames)
     objects, zone_count, line_count = PLACES
     print(
-        f"\nzones and lines: {objects} objects in the scene ({present} reported at the end), {zone_count} zones, "
-        f"{line_count} lines; {entries} zone entries by objects that ended, {crossings} crossings counted"
+        f"\nzones, lines and events: {objects} objects in the scene ({present} reported at the end), {zone_count} "
+        f"zones, {line_count} lines; {entries} zone entries by objects that ended, {crossings} crossings counted, "
+        f"{messages} event messages"
     )
     print("| part | per frame ms (median of rounds) | rounds min–max ms |")
     print("|---|---:|---:|")
