@@ -87,8 +87,8 @@ def distil(
     started = time.monotonic()
     losses: list[float] = []
     step(
-        f"distilling the pruned model from the unpruned one on {device.type}: {options.epochs} epochs, {len(x)} samples, "
-        f"learning rate {options.learning_rate:g} decaying to 0"
+        f"distilling the pruned model from the unpruned one on {device.type}: {options.epochs} epochs, "
+        f"{len(x)} samples, learning rate {options.learning_rate:g} decaying to 0"
     )
     for epoch in range(options.epochs):
         order = torch.randperm(len(inputs), generator=generator)

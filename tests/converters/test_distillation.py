@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,8 @@ def test_decoded_outputs_are_refused_with_why() -> None:
             self.linear = torch.nn.Linear(4, 3)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.linear(x).argmax(dim=1)
+            classes: torch.Tensor = self.linear(x).argmax(dim=1)
+            return classes
 
     x = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
     with pytest.raises(ConversionError, match=r"output 0 is torch.int64 \(decoded inside the graph"):
@@ -76,9 +78,9 @@ def test_learning_rate_rises_then_decays_to_zero() -> None:
     rates = [learning_rate_at(step, 400, 1e-3) for step in range(400)]
     warmup = 20  # 5% of the steps
     assert rates[0] == pytest.approx(1e-3 / (warmup + 1))
-    assert all(a < b for a, b in zip(rates[:warmup], rates[1 : warmup + 1], strict=True))
+    assert all(a < b for a, b in itertools.pairwise(rates[: warmup + 1]))
     assert rates[warmup] == pytest.approx(1e-3) and max(rates) == rates[warmup]
-    assert all(a > b for a, b in zip(rates[warmup:], rates[warmup + 1 :], strict=False))
+    assert all(a > b for a, b in itertools.pairwise(rates[warmup:]))
     assert rates[(400 + warmup) // 2] == pytest.approx(0.5e-3)
     assert 0 < rates[-1] < 1e-7
     assert [learning_rate_at(step, 3, 0.1) for step in range(3)] == pytest.approx([0.1, 0.075, 0.025])
