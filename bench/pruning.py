@@ -11,7 +11,7 @@ the machine lands on both sides alike.
 
     python bench/pruning.py [--size 16] [--share 0.3] [--round-to 8] [--epochs 8] [--distill-epochs 10]
         [--bench-seconds 4] [--widths 16,32,64,128] [--paths factory,onnx] [--seed 0]
-        [--keep-running-statistics] [--json out.json]
+        [--keep-running-statistics] [--teacher weights.npz] [--json out.json]
 
 At 16x16 the network is under 9M MACs (about 0.3 ms), and fixed per-inference and per-layer costs weigh
 as much as the arithmetic that pruning removes; every stage's MACs grow with the input's area, so at
@@ -228,6 +228,12 @@ def main() -> None:
         action="store_true",
         help="keep the moving averages training left in the batch normalizations (the runs before 2026-12-05 14:00)",
     )
+    parser.add_argument(
+        "--teacher",
+        type=Path,
+        help="the trained model's weights (.npz): read where the file exists, otherwise trained and written there, "
+        "so that runs of two converter versions distil from the same model (it must match --size, --widths, --seed)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     import torch
@@ -243,11 +249,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-pruning-") as scratch:
         folder = Path(scratch)
         started = time.monotonic()
-        settle = not args.keep_running_statistics
-        model = train(images[train_index], labels[train_index], args.epochs, seed=args.seed, settle=settle)
+        if args.teacher is not None and args.teacher.exists():
+            weights = args.teacher
+        else:
+            settle = not args.keep_running_statistics
+            model = train(images[train_index], labels[train_index], args.epochs, seed=args.seed, settle=settle)
+            weights = args.teacher or folder / "digits_resnet.npz"
+            np.savez(weights, **{name: t.detach().numpy() for name, t in model.state_dict().items()})
         train_seconds = time.monotonic() - started
-        weights = folder / "digits_resnet.npz"
-        np.savez(weights, **{name: t.detach().numpy() for name, t in model.state_dict().items()})
         os.environ[WEIGHTS_VARIABLE] = str(weights)
         np.save(folder / "calibration.npy", images[train_index])  # unlabelled: distillation and calibration
         np.savez(folder / "validation.npz", x=images[test_index], y=labels[test_index])

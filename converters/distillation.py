@@ -7,12 +7,18 @@ variance so that outputs of different ranges weigh alike: for a classifier these
 detector the raw head outputs before any decoding or suppression, which are differentiable where the
 decoded boxes are not. Where labels exist (--train-data x, y), cross-entropy on the first output is added.
 
+The learning rate rises over the first steps and then follows a half cosine down to zero at the last step.
+A constant rate stops wherever the last steps happened to leave the weights, still jumping by a full
+step's size; a factory and its ONNX export, the same network parametrised differently, then end at
+different points of that jitter. Decaying to zero lets both settle into the minimum they are in.
+
 It runs on CUDA when PyTorch sees a GPU, otherwise on the CPU, with a time estimate after the first
 epoch and a progress line per epoch.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +33,17 @@ from converters.progress import step
 if TYPE_CHECKING:
     from converters.prune_channels import ChannelPruneOptions
 
-__all__ = ["DistillResult", "distil", "flat_outputs", "output_disagreement", "read_labelled_data"]
+__all__ = [
+    "DistillResult",
+    "distil",
+    "flat_outputs",
+    "learning_rate_at",
+    "output_disagreement",
+    "read_labelled_data",
+]
 
 BAR_WIDTH = 20
+WARMUP_SHARE = 0.05  # of all steps, rising linearly: Adam's first moment estimates are noisy
 
 
 @dataclass(frozen=True)
@@ -67,11 +81,14 @@ def distil(
             )
     scales = [t.var().clamp_min(1e-12) for t in targets]
     optimizer = torch.optim.Adam(student.parameters(), lr=options.learning_rate)
+    steps = options.epochs * math.ceil(len(inputs) / options.batch_size)
+    taken = 0
     generator = torch.Generator().manual_seed(options.seed)
     started = time.monotonic()
     losses: list[float] = []
     step(
-        f"distilling the pruned model from the unpruned one on {device.type}: {options.epochs} epochs, {len(x)} samples"
+        f"distilling the pruned model from the unpruned one on {device.type}: {options.epochs} epochs, "
+        f"{len(x)} samples, learning rate {options.learning_rate:g} decaying to 0"
     )
     for epoch in range(options.epochs):
         order = torch.randperm(len(inputs), generator=generator)
@@ -85,9 +102,12 @@ def distil(
             )
             if labels is not None and outputs[0].dim() == 2:
                 loss = loss + torch.nn.functional.cross_entropy(outputs[0], labels[index].to(device))
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate_at(taken, steps, options.learning_rate)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            taken += 1
             total += float(loss.detach()) * len(index)
         losses.append(total / len(inputs))
         _progress(epoch + 1, options.epochs, losses[-1], time.monotonic() - started)
@@ -102,6 +122,15 @@ def distil(
         first_loss=losses[0],
         final_loss=losses[-1],
     )
+
+
+def learning_rate_at(step: int, steps: int, peak: float) -> float:
+    """The rate of step `step` (from 0) of `steps`: a linear rise over the first WARMUP_SHARE of them, then a half
+    cosine from `peak` that would reach 0 one step after the last, so every step still moves the weights."""
+    warmup = int(steps * WARMUP_SHARE)
+    if step < warmup:
+        return peak * (step + 1) / (warmup + 1)
+    return peak * 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / (steps - warmup)))
 
 
 def output_disagreement(student: Any, teacher: Any, x: np.ndarray) -> float:

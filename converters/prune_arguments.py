@@ -42,7 +42,12 @@ def channel_pruning_arguments(group: argparse._ArgumentGroup) -> None:
         "needed; --train-data adds labels); 0 skips",
     )
     group.add_argument(
-        "--distill-learning-rate", type=float, default=1e-3, metavar="RATE", help="distillation learning rate (Adam)"
+        "--distill-learning-rate",
+        type=float,
+        default=1e-3,
+        metavar="RATE",
+        help="distillation's peak learning rate (Adam), reached after the first 5%% of the steps and decayed to 0 "
+        "along a half cosine by the last",
     )
 
 
