@@ -40,12 +40,13 @@ def median_scores(history: Array) -> Array:
     padded with zeros to `HISTORY_PADDING` scores."""
     if len(history) == 0:
         return np.zeros(0)
-    middle = HISTORY_LENGTH // 2
-    ordered = np.sort(history, axis=1)  # NaN sorts last
-    medians = (ordered[:, middle - 1] + ordered[:, middle]) / 2
-    young = np.isnan(ordered[:, -1]).nonzero()[0]  # rows not yet full: a track's first ten frames
+    # Rows not yet full, a track's first ten frames: the scores are rightmost, so their first place is empty.
+    young = np.isnan(history[:, 0]).nonzero()[0]
     if len(young) > FEW_YOUNG_ROWS:  # many new tracks at once: every row at once
         return _padded_medians(history)
+    middle = HISTORY_LENGTH // 2
+    ordered = np.sort(history, axis=1)
+    medians = (ordered[:, middle - 1] + ordered[:, middle]) / 2
     for row in young.tolist():  # usually a new track or two, faster in Python than a dozen numpy calls
         recorded = [score for score in history[row].tolist() if score == score]
         if len(recorded) < HISTORY_PADDING:  # the padding fills the places left of the scores
