@@ -12,12 +12,8 @@ belong to `Publisher`, which keeps every QoS >= 1 message in its spool until the
 and paces the re-sends itself. A QoS >= 1 message sent with `publish` directly and not acknowledged before
 a disconnect is therefore forgotten.
 
-Given several broker nodes (`mqtt.hosts`, the nodes of one cluster), the connection prefers the first
-and, whenever the node it uses or tries is lost, aims its next attempt at the next node, after the same
-jittered backoff as every reconnect. The nodes after the first are taken in an order shuffled once per
-box (seeded by its client id): when a node dies, its boxes spread over the survivors instead of all
-moving onto the node listed after it. A box does not move back to the first node while connected
-elsewhere: any node of the cluster serves it, and moving costs a session start.
+Given several broker nodes (`mqtt.hosts`), whenever the node in use or being tried is lost the next
+attempt goes to the next node (`failover`), after the same jittered backoff as every reconnect.
 
 A box may open a second, companion connection for requests it takes from a shared subscription: its
 session ends with it, so when the box dies the broker stops handing it the group's messages at once,
@@ -28,7 +24,6 @@ skip disconnected members). It says nothing on the status topic, which belongs t
 from __future__ import annotations
 
 import logging
-import random
 import socket
 import sys
 import threading
@@ -54,9 +49,10 @@ from edge_runtime.mqtt.callbacks import (
     wait_quietly,
 )
 from edge_runtime.mqtt.capabilities import QosCheck
+from edge_runtime.mqtt.failover import BrokerRotation
 from edge_runtime.mqtt.settings import BrokerAddress, MqttSettings
 from edge_runtime.mqtt.subscriptions import Subscriptions
-from edge_runtime.mqtt.tls import configure_tls, describe_failure
+from edge_runtime.mqtt.tls import configure_tls, describe_early_close, describe_failure
 from edge_runtime.mqtt.topics import Topics, shared
 
 log = logging.getLogger(__name__)
@@ -95,11 +91,7 @@ class MqttConnection:
         self.last_error = ""
         self.receive_maximum: int | None = None  # MQTT 5: how many unacknowledged messages the broker accepts
         self.qos = QosCheck(Topics(settings.topic_prefix, device_id).qos_check)
-        self.brokers = failover_order(settings.brokers, self.client_id)
-        self.broker = self.brokers[0]  # the node connected to, or being tried
-        self.broker_moves = 0  # connections to another node than the one before
-        self._broker_index = 0
-        self._last_broker: BrokerAddress | None = None
+        self.brokers = BrokerRotation(settings.brokers, self.client_id)
         self._backoff = Backoff(reconnect_min_s, max(reconnect_min_s, settings.reconnect_max_s), RECONNECT_JITTER)
         self._next_attempt_at = 0.0  # monotonic time; used when the caller drives the network
         self._own_thread = True
@@ -170,16 +162,24 @@ class MqttConnection:
         self._stopping = False
         self._own_thread = own_thread
         self._paho_logger.addFilter(self._paho_errors)
-        self._broker_index = 0
-        self._aim(self.brokers[0])
+        self._aim(self.brokers.first())
         if own_thread:
             self._client.loop_start()
         else:
             self._next_attempt_at = 0.0
 
+    @property
+    def broker(self) -> BrokerAddress:
+        """The node connected to, or being tried."""
+        return self.brokers.current
+
+    @property
+    def broker_moves(self) -> int:
+        """Connections to another node than the one before."""
+        return self.brokers.moves
+
     def _aim(self, broker: BrokerAddress) -> None:
         """Make `broker` the node of paho's next connection attempt (paho reconnects to the last one aimed at)."""
-        self.broker = broker
         settings = self.settings
         if settings.protocol == "5":
             properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
@@ -198,9 +198,8 @@ class MqttConnection:
 
     def _move_on(self) -> float:
         """The node in use or being tried is lost: aim at the next one, and set the jittered wait before it."""
-        if len(self.brokers) > 1:
-            self._broker_index = (self._broker_index + 1) % len(self.brokers)
-            self._aim(self.brokers[self._broker_index])
+        if (broker := self.brokers.advance()) is not None:
+            self._aim(broker)
         delay = self._backoff.next_delay()
         self._client.reconnect_delay_set(delay, delay)  # type: ignore[arg-type]  # paho sleeps any real seconds
         self._next_attempt_at = time.monotonic() + delay
@@ -337,7 +336,7 @@ class MqttConnection:
         self, client: Client, userdata: Any, flags: ConnectFlags, reason: ReasonCode, properties: Properties | None
     ) -> None:
         if reason.is_failure:
-            refusal = f"broker {self._address} refused the connection: {reason}"
+            refusal = f"broker {self.broker} refused the connection: {reason}"
             log.warning("MQTT: %s", refusal)
             self.last_error = refusal
             return
@@ -353,9 +352,7 @@ class MqttConnection:
         with self._lock:
             if self.connect_count:
                 self.reconnects += 1
-            if self._last_broker is not None and self.broker != self._last_broker:
-                self.broker_moves += 1
-            self._last_broker = self.broker
+            self.brokers.connected()
             self.connect_count += 1
         for listener in self._connect_listeners:
             listener(self.connect_count)
@@ -366,15 +363,15 @@ class MqttConnection:
         self.subscriptions.session_started(client)
         self._connected_event.set()
         log.info(
-            "MQTT: connected to %s as %s (session present: %s)", self._address, self.client_id, flags.session_present
+            "MQTT: connected to %s as %s (session present: %s)", self.broker, self.client_id, flags.session_present
         )
 
     def _on_connect_fail(self, client: Client, userdata: Any) -> None:
         # paho calls this inside its `except OSError` block, so the cause is still at hand.
         error = sys.exc_info()[1]
-        failure = describe_failure(error, self._address, self.settings.tls)
+        failure = describe_failure(error, str(self.broker), self.settings.tls)
         delay = self._move_on()
-        log.warning("MQTT: %s; %s", failure, self._next_attempt(delay))
+        log.warning("MQTT: %s; %s", failure, self.brokers.next_attempt(delay))
         self.last_error = failure  # after the log line: whoever sees the error can find it logged
 
     def _on_disconnect(
@@ -392,21 +389,15 @@ class MqttConnection:
         if self._stopping:
             return
         cause, self._paho_errors.last = self._paho_errors.last or str(reason), ""
-        address = self._address
+        address = str(self.broker)
         delay = self._move_on()
         if was_connected:
             self.last_error = f"connection to {address} lost: {cause}"
         elif self.last_error.startswith(f"broker {address} refused"):
             return  # said already, with the broker's reason
-        else:  # e.g. a TLS 1.3 broker that wanted a client certificate says so only after the handshake
-            self.last_error = f"broker {address} closed the connection before accepting it: {cause}"
-            tls = self.settings.tls
-            if tls is not None and tls.cert_file is None and "certificate required" not in cause:
-                # Its alert saying so can be lost when it closes the socket with our CONNECT still unread.
-                self.last_error += (
-                    "; if the broker requires a client certificate, set mqtt.tls.cert_file and mqtt.tls.key_file"
-                )
-        log.warning("MQTT: %s; %s", self.last_error, self._next_attempt(delay))
+        else:
+            self.last_error = describe_early_close(cause, address, self.settings.tls)
+        log.warning("MQTT: %s; %s", self.last_error, self.brokers.next_attempt(delay))
 
     def _on_subscribe(
         self, client: Client, userdata: Any, mid: int, reason_codes: list[ReasonCode], properties: Properties | None
@@ -420,21 +411,3 @@ class MqttConnection:
         handler = self._ack_handler
         if handler is not None:
             handler(mid, not reason.is_failure)
-
-    # -- helpers -----------------------------------------------------------------------------------
-
-    @property
-    def _address(self) -> str:
-        return str(self.broker)
-
-    def _next_attempt(self, delay: float) -> str:
-        if len(self.brokers) == 1:
-            return f"reconnecting in {delay:.1f} s"
-        return f"trying {self.broker} in {delay:.1f} s"
-
-
-def failover_order(brokers: list[BrokerAddress], client_id: str) -> list[BrokerAddress]:
-    """The first node, then the others in an order shuffled once for this box (stable across restarts)."""
-    rest = brokers[1:]
-    random.Random(client_id).shuffle(rest)
-    return [brokers[0], *rest]

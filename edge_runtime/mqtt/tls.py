@@ -54,3 +54,15 @@ def describe_failure(error: BaseException | None, address: str, tls: TlsSettings
     if error is None:
         return f"cannot connect to broker {address}"
     return f"cannot connect to broker {address}: {error}"
+
+
+def describe_early_close(cause: str, address: str, tls: TlsSettings | None) -> str:
+    """Why a broker closed a connection before accepting it, with the likely fix when TLS is in play.
+
+    A TLS 1.3 broker that wants a client certificate says so only after the handshake, and its alert
+    saying so can be lost when it closes the socket with the CONNECT still unread.
+    """
+    description = f"broker {address} closed the connection before accepting it: {cause}"
+    if tls is not None and tls.cert_file is None and "certificate required" not in cause:
+        description += "; if the broker requires a client certificate, set mqtt.tls.cert_file and mqtt.tls.key_file"
+    return description

@@ -17,7 +17,8 @@ import pytest
 from broker import Mosquitto, free_port
 from waiting import wait_for
 
-from edge_runtime.mqtt.connection import MqttConnection, failover_order
+from edge_runtime.mqtt.connection import MqttConnection
+from edge_runtime.mqtt.failover import BrokerRotation, failover_order
 from edge_runtime.mqtt.publisher import Publisher
 from edge_runtime.mqtt.settings import BrokerAddress, MqttSettings, SpoolSettings
 from edge_runtime.mqtt.spool import Spool
@@ -45,6 +46,30 @@ def test_the_first_node_is_preferred_and_the_rest_are_shuffled_once_per_box() ->
     assert all(order[0] == brokers[0] and sorted(order) == sorted(brokers) for order in orders)
     assert len(orders) > 10, "the boxes of one failed node should spread over the others"
     assert failover_order(brokers, "box-7") == failover_order(brokers, "box-7"), "stable across restarts"
+
+
+def test_a_move_is_counted_only_when_the_box_connects_to_another_node_than_before() -> None:
+    rotation = BrokerRotation([BrokerAddress(f"node-{i}", 1883) for i in range(3)], "box-1")
+    first = rotation.first()
+    rotation.connected()
+    assert rotation.moves == 0
+    second = rotation.advance()
+    assert second is not None and second != first and rotation.current == second
+    third = rotation.advance()  # the second node failed too before any connection
+    assert third not in (first, second)
+    assert rotation.advance() == first, "the order wraps around"
+    rotation.connected()
+    assert rotation.moves == 0, "back on the node it used last: not a move"
+    rotation.advance()
+    rotation.connected()
+    assert rotation.moves == 1
+    assert rotation.next_attempt(1.5) == f"trying {rotation.current} in 1.5 s"
+
+
+def test_a_single_node_is_never_left() -> None:
+    rotation = BrokerRotation([BrokerAddress("broker.lan", 1883)], "box-1")
+    assert rotation.advance() is None and rotation.current == BrokerAddress("broker.lan", 1883)
+    assert rotation.next_attempt(2.0) == "reconnecting in 2.0 s"
 
 
 def test_one_host_keeps_the_host_and_port_fields() -> None:
