@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterator
-from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -39,6 +38,7 @@ from edge_runtime.config.parts import ConfigParts, PipelinePart
 from edge_runtime.config.problems import FieldPath, Problem
 from edge_runtime.config.schema import DecoderOverride, PipelineConfig
 from edge_runtime.config.shared_sources import check_shared_sources, unused_source_notes
+from edge_runtime.config.trust_checks import check_keys, check_signatures
 from edge_runtime.decoders.decoded import Decoded
 from edge_runtime.errors import ConfigError, EdgeRuntimeError, ManifestError
 from edge_runtime.package.loader import ModelPackage, open_package
@@ -70,10 +70,10 @@ def check_parts(parts: ConfigParts) -> list[Problem]:
         problems += _check_model(at, f"served model '{served.name}'", served, store, verify=not signed)[0]
     problems += _check_http(parts)
     problems += check_directories(parts)
-    trust_problems = _check_trust(parts)
+    trust_problems = check_keys(parts)
     problems += trust_problems
     if signed and not trust_problems and parts.state_dir is not None:
-        problems += _check_signatures(parts, pipelines, {p.path for p in problems})
+        problems += check_signatures(parts, pipelines, {p.path for p in problems})
     if parts.tls is not None:
         for name in ("ca_file", "cert_file", "key_file"):
             file = getattr(parts.tls, name)
@@ -114,65 +114,6 @@ def _started(parts: ConfigParts) -> list[PipelinePart]:
     except OSError:  # a state directory this user cannot read: the directory check says so
         off = set()
     return [part for part in parts.pipelines if part.name not in off]
-
-
-def _check_trust(parts: ConfigParts) -> list[Problem]:
-    """Every key file must hold an Ed25519 public key: a box that cannot read its keys refuses every model
-    (trust) or every command (control)."""
-    from edge_runtime.package.signing import read_public_key
-
-    problems = []
-    sections = [
-        ("trust", parts.trust.keys if parts.trust else ()),
-        ("control", parts.control.keys if parts.control else ()),
-    ]
-    for section, keys in sections:
-        for index, key in enumerate(keys):
-            if isinstance(key, Path):
-                try:
-                    read_public_key(key)
-                except EdgeRuntimeError as error:
-                    problems.append(Problem((section, "keys", index), str(error)))
-    return problems
-
-
-def _check_signatures(
-    parts: ConfigParts, pipelines: list[PipelinePart], already: set[FieldPath | None]
-) -> list[Problem]:
-    """The check `run` makes before loading each model, for the models not already found wanting."""
-    from edge_runtime.package.trust import TrustPolicy
-
-    assert parts.trust is not None and parts.state_dir is not None
-    policy = TrustPolicy.from_settings(parts.trust, parts.state_dir)
-    store = ModelStore(parts.state_dir)  # a release a rollout made active is what `run` loads, and checks
-    models: list[tuple[FieldPath, str, Path]] = [
-        ((*part.at, "model", "path"), f"pipeline '{part.name}'", part.model.path)
-        for part in pipelines
-        if part.model is not None
-    ]
-    models += [
-        (
-            (*part.at, "cascade", index, "model", "path"),
-            f"pipeline '{part.name}' cascade stage '{stage.name}'",
-            stage.model.path,
-        )
-        for part in pipelines
-        if part.whole is not None
-        for index, stage in enumerate(part.whole.cascade)
-    ]
-    models += [
-        (("serve", "models", index, "path"), f"served model '{model.name}'", model.path)
-        for index, model in parts.served
-    ]
-    problems = []
-    for where, label, path in models:
-        if where in already:
-            continue
-        try:
-            policy.check(store.resolve(path))
-        except EdgeRuntimeError as error:
-            problems.append(Problem(where, f"{label}: {error}"))
-    return problems
 
 
 def _check_http(parts: ConfigParts) -> list[Problem]:
