@@ -142,6 +142,7 @@ def totals_message(totals: LineTotals, labels: Sequence[str] = ()) -> dict[str, 
     return {"in": totals.inbound, "out": totals.outbound, "by_label": by_label, "since": round(totals.since, 3)}
 
 
+Places = tuple[tuple[str, tuple[str, ...]], ...]  # per object of a frame: its label and its current zones
 Key = tuple[str, ...]  # ("count", label), ("zone", zone, label), ("occupied", zone), ("line", line)
 
 
@@ -166,6 +167,7 @@ class PresenceCounts:
         self._totals = {line: LineTotals(since=started_at) for line in self._lines}
         self._line_messages = {line: totals_message(self._totals[line], self._lines[line]) for line in self._lines}
         self._values = self._measure(Counter(), {zone: Counter() for zone in self._zones})
+        self._places: Places = ()  # the last frame's objects as (label, current zones): what the counts come from
 
     def full_state(self) -> tuple[RetainedState, ...]:
         """Every retained state's current value: for start-up and after every reconnect."""
@@ -181,30 +183,41 @@ class PresenceCounts:
         """Take a frame's objects, their zones, the crossings it settled and the lines' totals (a line
         missing from `line_totals` keeps its last totals); answer what changed."""
         labels_known = len(self._labels)
-        present = Counter(obj.label for obj in update.objects)
-        for label in present:
-            self._meet(label)
-        within: dict[str, Counter[str]] = {zone: Counter() for zone in self._zones}
-        if zones:
-            for obj in update.objects:
-                for zone in zones[obj.id].current if obj.id in zones else ():
-                    counted = self._zones.get(zone)
-                    if counted is not None and obj.label in counted:
-                        within[zone][obj.label] += 1
+        zones = zones or {}
+        places = tuple((obj.label, zones[obj.id].current if obj.id in zones else ()) for obj in update.objects)
+        moved = places != self._places  # else no count of objects changed
+        if moved:
+            for label, _ in places:
+                self._meet(label)
         for line, totals in (line_totals or {}).items():
             if line in self._totals and totals is not self._totals[line]:
                 self._totals[line] = totals
                 for label in totals.by_label:
                     self._meet(label)
                 self._line_messages[line] = totals_message(totals, self._lines[line])
+                moved = True
+        changed: tuple[RetainedState, ...] = ()
+        if moved:
+            self._places = places
+            changed = self._count(places, labels_known)
+        settled = tuple(CrossingMessage(c.line, crossing_message(c)) for c in crossings if c.line in self._lines)
+        return CountsChange(changed, settled)
+
+    def _count(self, places: Places, labels_known: int) -> tuple[RetainedState, ...]:
+        """Count the frame's objects by label, overall and per zone, and answer the states that changed."""
+        present = Counter(label for label, _ in places)
+        within: dict[str, Counter[str]] = {zone: Counter() for zone in self._zones}
+        for label, current in places:
+            for zone in current:
+                counted = self._zones.get(zone)
+                if counted is not None and label in counted:
+                    within[zone][label] += 1
         if len(self._labels) != labels_known:  # lines counting every label show the new ones at zero
             self._line_messages = {line: totals_message(self._totals[line], self._lines[line]) for line in self._lines}
         values = self._measure(present, within)
         previous = self._values
-        changed = tuple(_state(key, value) for key, value in values.items() if previous.get(key) != value)
         self._values = values
-        settled = tuple(CrossingMessage(c.line, crossing_message(c)) for c in crossings if c.line in self._lines)
-        return CountsChange(changed, settled)
+        return tuple(_state(key, value) for key, value in values.items() if previous.get(key) != value)
 
     def _scope(self, own: Sequence[str]) -> list[str]:
         return list(dict.fromkeys(own)) if own else self._labels
