@@ -47,6 +47,7 @@ import numpy.typing as npt
 
 from edge_runtime.tracking.association import (
     FORBIDDEN,
+    any_within_relative_distance,
     assign,
     iou_matrix,
     paired_iou,
@@ -74,6 +75,8 @@ MAX_EXTRAPOLATION_S = 1.0
 STILL_IOU = 0.6
 # Up to this many track-detection pairs, anchors share the association's overlap matrix (see `_associate`).
 STACKED_OVERLAP_PAIRS = 1024
+# Up to this many pairs left for the second chance, whether any is near is asked in Python, not numpy.
+FEW_DISTANCE_PAIRS = 32
 
 
 class Tracker:
@@ -248,11 +251,16 @@ class Tracker:
         if self._relative_distance <= 0 or matched_count == count:
             return _Association(matches, waiting_columns, predicted, anchor_overlap)
         open_rows = (matches < 0).nonzero()[0]
-        distance = relative_distance_matrix(predicted[open_rows], boxes[waiting_columns])
-        if not np.count_nonzero(distance <= self._relative_distance):  # usual: no pair near enough to gate
+        estimates, waiting_boxes = predicted[open_rows], boxes[waiting_columns]
+        if len(open_rows) * len(waiting_columns) <= FEW_DISTANCE_PAIRS and not any_within_relative_distance(
+            estimates, waiting_boxes, self._relative_distance
+        ):
+            return _Association(matches, waiting_columns, predicted, anchor_overlap)  # usual: no pair near enough
+        distance = relative_distance_matrix(estimates, waiting_boxes)
+        if not np.count_nonzero(distance <= self._relative_distance):
             return _Association(matches, waiting_columns, predicted, anchor_overlap)
         means, spreads = tracks.means[open_rows], tracks.spreads[open_rows]
-        plausible = self.motion.gating_distance(means, spreads, boxes[waiting_columns]) <= GATE_95
+        plausible = self.motion.gating_distance(means, spreads, waiting_boxes) <= GATE_95
         allowed = plausible & (track_codes[open_rows, None] == codes[waiting_columns])
         third = assign(np.where(allowed, distance, FORBIDDEN), self._relative_distance)
         matches[open_rows[third.rows]] = waiting_columns[third.columns]
