@@ -73,7 +73,10 @@ def iou_matrix(first: Array, second: Array) -> Array:
     first_sizes, second_sizes = corners[2:4] - corners[0:2], others[2:4] - others[0:2]
     union = (first_sizes[0] * first_sizes[1])[:, None] + second_sizes[0] * second_sizes[1]
     union -= intersection
-    return np.asarray(np.divide(intersection, union, out=np.zeros(intersection.shape), where=union > 0))
+    positive = union > 0
+    if np.count_nonzero(positive) == positive.size:  # as for any real boxes: no pair to leave at 0
+        return np.asarray(np.divide(intersection, union, out=intersection))
+    return np.asarray(np.divide(intersection, union, out=np.zeros(intersection.shape), where=positive))
 
 
 def paired_iou(first: Array, second: Array) -> Array:

@@ -288,8 +288,9 @@ class Tracker:
         history = tracks.history
         history[:, :-1] = history[:, 1:]
         counted = history[:, -1]  # 0 for a miss, and for a match scoring below its label's min_score
-        matched = (matches >= 0).nonzero()[0]
-        if len(matched) == len(tracks):  # every track matched, as on most frames: each column updates in place
+        seen = matches >= 0
+        matched_count = np.count_nonzero(seen)
+        if matched_count == len(tracks):  # every track matched: each column updates in place
             found, found_scores = take_rows(boxes, matches), scores[matches]
             self.motion.update_in_place(tracks.means, tracks.spreads, measurements_from_boxes(found))
             tracks.hits += 1
@@ -299,41 +300,43 @@ class Tracker:
             if anchor_overlap is None:
                 moved = (paired_iou(found, tracks.anchors) < STILL_IOU).nonzero()[0]
             else:  # the same numbers, computed with the association's overlaps
-                moved = (anchor_overlap[np.arange(len(matches)), matches] < STILL_IOU).nonzero()[0]
+                moved = (anchor_overlap[_rows(len(matches)), matches] < STILL_IOU).nonzero()[0]
             counted[:] = np.where(found_scores >= self._label_rules.min_score_of(codes, matches), found_scores, 0.0)
             shown_boxes: Array | None = found
         else:
             shown_boxes = predicted  # its missed rows are the prediction, as the filter leaves their states
-            counted[:] = 0.0
             np.fmin(tracks.missed_since, now, out=tracks.missed_since)  # NaN (not missing) gives now
             moved = _NO_INDICES
-            if len(matched):
+            if matched_count:
                 # Every column at once, the missed rows masked out, rather than gathering the matched rows and
                 # scattering them back: a missed track's row (-1) reads the last detection, and is never used.
-                seen = matches >= 0
                 found, found_scores = take_rows(boxes, matches), scores[matches]
                 self.motion.update_in_place(tracks.means, tracks.spreads, measurements_from_boxes(found), seen)
                 tracks.hits += seen
                 np.copyto(tracks.last_seen, now, where=seen)
                 np.copyto(tracks.missed_since, np.nan, where=seen)
-                np.copyto(tracks.last_boxes, found, where=seen[:, None])
+                rows_seen = seen[:, None]
+                np.copyto(tracks.last_boxes, found, where=rows_seen)
                 np.copyto(tracks.last_scores, found_scores, where=seen)
                 if shown_boxes is not None:
-                    np.copyto(shown_boxes, found, where=seen[:, None])
+                    np.copyto(shown_boxes, found, where=rows_seen)
                 if anchor_overlap is None:
                     overlaps = paired_iou(found, tracks.anchors)
                 else:
-                    overlaps = anchor_overlap[np.arange(len(matches)), matches]
+                    overlaps = anchor_overlap[_rows(len(matches)), matches]
                 moved = ((overlaps < STILL_IOU) & seen).nonzero()[0]
-                seen &= found_scores >= self._label_rules.min_score_of(codes, matches)
-                counted[:] = np.where(seen, found_scores, 0.0)
+                counted[:] = np.where(
+                    seen & (found_scores >= self._label_rules.min_score_of(codes, matches)), found_scores, 0.0
+                )
+            else:
+                counted[:] = 0.0
         if len(moved):  # rows of tracks and of `found` alike
             tracks.anchors[moved] = found[moved]
             tracks.still_since[moved] = now
         medians = median_scores(history)
         np.maximum(tracks.top_scores, medians, out=tracks.top_scores)
         tracks.real |= medians >= self._label_rules.threshold_of(tracks.label_codes)
-        return len(matched) == len(tracks), shown_boxes
+        return matched_count == len(tracks), shown_boxes
 
     def _start(self, boxes: Array, scores: Array, codes: Codes, now: float) -> TrackTable:
         """Tentative tracks for the given detections, with one hit and one score each."""
@@ -367,6 +370,12 @@ class Tracker:
 _box, _score, _label = operator.attrgetter("box"), operator.attrgetter("score"), operator.attrgetter("label")
 _NOT_FOUND = np.full(1, -1, dtype=np.intp)
 _NO_INDICES = np.zeros(0, dtype=np.intp)
+_ROWS = np.arange(1024, dtype=np.intp)
+
+
+def _rows(count: int) -> Indices:
+    """0 to `count` - 1: a view of one array made once, for the frame sizes that most cameras have."""
+    return _ROWS[:count] if count <= len(_ROWS) else np.arange(count)
 
 
 class _Association(NamedTuple):
