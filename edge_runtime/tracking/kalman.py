@@ -146,9 +146,10 @@ class ConstantVelocityFilter:
         """Per 2×2 block, F P Fᵀ with F = [[1, dt], [0, 1]] is linear in (variance, covariance, rate variance):
         p' = p + 2 dt c + dt² r, c' = c + dt r, r' = r; and Q adds q·(dt³/3, dt²/2, dt). The matrix of that
         map and Q's weights, for `dt`; a camera's frames mostly come at one interval, so the last is kept."""
-        if dt != self._step:
-            self._transition = np.array([[1.0, 2 * dt, dt * dt], [0.0, 1.0, dt], [0.0, 0.0, 1.0]])
-            self._noise_weights = np.array([dt**3 / 3, dt**2 / 2, dt])
+        if dt != self._step:  # written into the arrays in place: two arrays made per frame cost more
+            transition, weights = self._transition, self._noise_weights
+            transition[0, 1], transition[0, 2], transition[1, 2] = 2 * dt, dt * dt, dt
+            weights[0], weights[1], weights[2] = dt**3 / 3, dt**2 / 2, dt
             self._step = dt
         return self._transition, self._noise_weights
 

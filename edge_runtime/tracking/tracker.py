@@ -119,14 +119,16 @@ class Tracker:
         tracks = self._tracks
         ended: tuple[TrackedObject, ...] = ()
         if not all_matched:
-            confirmed = tracks.hits >= self._confirm_hits
+            tentative = tracks.hits < self._confirm_hits
             # A tentative track missed once is dropped; a confirmed one once missing for lost_after_s (matched
-            # tracks' missed_since is NaN, which fmin passes over and which compares False).
-            dropped = (matches < 0) & ~confirmed
+            # tracks' missed_since is NaN, which fmin passes over and which compares False). Most frames have
+            # neither, and are done after two comparisons.
+            dropped = (matches < 0) & tentative if np.count_nonzero(tentative) else None
             if now - np.fmin.reduce(tracks.missed_since) >= self._lost_after_s:
-                dropped |= now - tracks.missed_since >= self._lost_after_s
-            if np.count_nonzero(dropped):
-                gone = dropped & confirmed
+                lost = now - tracks.missed_since >= self._lost_after_s
+                dropped = lost if dropped is None else dropped | lost
+            if dropped is not None and np.count_nonzero(dropped):
+                gone = dropped & ~tentative
                 if np.count_nonzero(gone):
                     ended = self._reporter.objects(tracks.select(gone), now, None)
                 keep = ~dropped
@@ -200,7 +202,7 @@ class Tracker:
         """Steps 3 to 5 above."""
         tracks = self._tracks
         count = len(tracks)
-        matches = np.full(count, -1, dtype=np.intp)
+        matches = _ALL_MISSED[:count].copy() if count <= len(_ALL_MISSED) else np.full(count, -1, dtype=np.intp)
         confident = scores >= self._high
         if count == 0 or len(boxes) == 0:
             return _Association(matches, confident.nonzero()[0], None, None)
@@ -371,6 +373,7 @@ _box, _score, _label = operator.attrgetter("box"), operator.attrgetter("score"),
 _NOT_FOUND = np.full(1, -1, dtype=np.intp)
 _NO_INDICES = np.zeros(0, dtype=np.intp)
 _ROWS = np.arange(1024, dtype=np.intp)
+_ALL_MISSED = np.full(1024, -1, dtype=np.intp)
 
 
 def _rows(count: int) -> Indices:
