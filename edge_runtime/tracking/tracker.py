@@ -229,20 +229,16 @@ class Tracker:
             taken = first.columns
         matched_count = len(taken)
 
+        # Only weak detections that overlap some track well enough can be paired, and only while a track is
+        # unmatched: usually none does. A column's best overlap passes the limit exactly when one of its
+        # overlaps does.
         if not all_confident and matched_count < count:
-            # Only weak detections that overlap some track well enough can be paired: usually none does. A
-            # column's best overlap passes the limit exactly when one of its overlaps does; the few weak
-            # columns are looked at in Python, which costs less than four numpy calls on every column.
-            best = np.maximum.reduce(overlap, axis=0).tolist()
-            near = [
-                column
-                for column, (sure, top) in enumerate(zip(confident.tolist(), best, strict=True))
-                if not sure and 1.0 - top <= 1.0 - LOW_SCORE_MIN_IOU
-            ]
-            if near:
+            weak = ~confident
+            weak &= 1.0 - np.maximum.reduce(overlap, axis=0) <= 1.0 - LOW_SCORE_MIN_IOU
+            if np.count_nonzero(weak):
                 open_rows = ((matches < 0) & (tracks.hits >= self._confirm_hits)).nonzero()[0]
                 if len(open_rows):
-                    weak_columns = np.array(near, dtype=np.intp)
+                    weak_columns = weak.nonzero()[0]
                     pairs = open_rows[:, None], weak_columns  # as np.ix_, without its Python overhead
                     different = track_codes[open_rows, None] != codes[weak_columns]
                     cost = np.where(different, FORBIDDEN, 1.0 - overlap[pairs])
