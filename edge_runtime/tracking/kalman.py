@@ -104,7 +104,7 @@ class ConstantVelocityFilter:
         """States for new tracks at the given boxes, at rest but with a wide spread of velocity."""
         means = np.zeros((len(boxes), 8), order="F")  # column-major, as the tracker keeps them (`tracks`)
         means[:, :4] = measurements_from_boxes(boxes)
-        spreads = zero_spreads(len(boxes))
+        spreads = np.zeros((len(boxes), 3, 4), order="F")
         spreads[:, POSITION] = (2 * self.measurement_noise * _scale(means)) ** 2
         spreads[:, RATE] = (self.initial_speed * _motion_scale(means)) ** 2
         return means, spreads

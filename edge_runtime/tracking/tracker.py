@@ -59,7 +59,7 @@ from edge_runtime.tracking.kalman import GATE_95, ConstantVelocityFilter, boxes_
 from edge_runtime.tracking.label_rules import LabelRules
 from edge_runtime.tracking.objects import TrackedObject, TrackUpdate
 from edge_runtime.tracking.reports import Reporter
-from edge_runtime.tracking.tracks import HISTORY_LENGTH, TrackTable, median_scores, take_rows
+from edge_runtime.tracking.tracks import HISTORY_LENGTH, TrackTable, blockwise, median_scores, take_rows
 
 if TYPE_CHECKING:  # the decoders package imports OpenCV, which the tracker does not need
     from edge_runtime.decoders.decoded import Detection
@@ -351,7 +351,7 @@ class Tracker:
         serials = list(itertools.islice(self._serials, count))
         return TrackTable(
             means=means,
-            spreads=spreads,
+            spreads=blockwise(spreads),  # the filter's own layout (column-major) to the table's
             label_codes=codes,
             labels=self._label_rules.names(codes),
             hits=np.ones(count, dtype=np.int64),

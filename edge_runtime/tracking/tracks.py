@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from edge_runtime.tracking.kalman import zero_spreads
 
-__all__ = ["HISTORY_LENGTH", "HISTORY_PADDING", "TrackTable", "median_scores", "take_rows"]
+__all__ = ["HISTORY_LENGTH", "HISTORY_PADDING", "TrackTable", "blockwise", "median_scores", "take_rows"]
 
 Array = npt.NDArray[np.float64]
 
@@ -39,6 +39,13 @@ def take_rows(array: npt.NDArray[Any], rows: npt.NDArray[np.intp]) -> npt.NDArra
         return stacked
     taken: npt.NDArray[Any] = np.take(array.T, rows, axis=-1).T
     return taken
+
+
+def blockwise(spreads: Array) -> Array:
+    """A copy of `spreads` in the layout the table keeps them in (`zero_spreads`), whatever theirs."""
+    laid_out = zero_spreads(len(spreads))
+    np.copyto(laid_out, spreads)
+    return laid_out
 
 
 def median_scores(history: Array) -> Array:

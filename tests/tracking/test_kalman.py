@@ -171,7 +171,7 @@ def test_in_place_steps_on_a_column_major_table_give_what_the_copying_ones_give(
     starts = rng.uniform(0, 500, (7, 2))
     boxes = np.concatenate([starts, starts + rng.uniform(20, 150, (7, 2))], axis=1)
     means, spreads = motion.initiate(boxes)
-    assert means.flags.f_contiguous and spreads.transpose(1, 2, 0).flags.c_contiguous  # as the tracker keeps them
+    assert means.flags.f_contiguous and spreads.flags.f_contiguous
     for dt in (0.1, 0.1, 0.25, 0.0, 1.0):
         expected_means, expected_spreads = motion.predict(
             np.ascontiguousarray(means), np.ascontiguousarray(spreads), dt
