@@ -19,13 +19,22 @@ unmatched rather than pair them at a cost above the limit.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import lap
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["FORBIDDEN", "Assignment", "assign", "iou_matrix", "paired_iou", "relative_distance_matrix"]
+__all__ = [
+    "FORBIDDEN",
+    "Assignment",
+    "any_within_relative_distance",
+    "assign",
+    "iou_matrix",
+    "paired_iou",
+    "relative_distance_matrix",
+]
 
 Array = npt.NDArray[np.float64]
 Indices = npt.NDArray[np.intp]
@@ -64,7 +73,10 @@ def iou_matrix(first: Array, second: Array) -> Array:
     first_sizes, second_sizes = corners[2:4] - corners[0:2], others[2:4] - others[0:2]
     union = (first_sizes[0] * first_sizes[1])[:, None] + second_sizes[0] * second_sizes[1]
     union -= intersection
-    return np.asarray(np.divide(intersection, union, out=np.zeros(intersection.shape), where=union > 0))
+    positive = union > 0
+    if np.count_nonzero(positive) == positive.size:  # as for any real boxes: no pair to leave at 0
+        return np.asarray(np.divide(intersection, union, out=intersection))
+    return np.asarray(np.divide(intersection, union, out=np.zeros(intersection.shape), where=positive))
 
 
 def paired_iou(first: Array, second: Array) -> Array:
@@ -94,6 +106,37 @@ def relative_distance_matrix(estimates: Array, detections: Array) -> Array:
     width_change = np.maximum(estimate_width, detection_width) / np.minimum(estimate_width, detection_width) - 1.0
     height_change = np.maximum(estimate_height, detection_height) / np.minimum(estimate_height, detection_height) - 1.0
     return np.asarray(np.sqrt(shift_x**2 + shift_y**2 + width_change**2 + height_change**2))
+
+
+def any_within_relative_distance(estimates: Array, detections: Array, limit: float) -> bool:
+    """Whether some pair's `relative_distance_matrix` entry is at most `limit`, in plain Python.
+
+    The tracker asks this of the few tracks and detections its first stages left over, where usually no
+    pair is near: a numpy matrix of a handful of entries costs a dozen calls of a microsecond each, the
+    loops here a fraction of that. Every finite distance is the matrix's to the bit (the same operations
+    in the same order, squares as products); where the matrix holds NaN (a NaN or infinite coordinate),
+    this may answer True, so that a caller computing the matrix then finds the same pairs as without it.
+    """
+    candidates = [
+        (x_min + x_max, y_max, max(x_max - x_min, 1e-6), max(y_max - y_min, 1e-6))  # max keeps a NaN first
+        for x_min, y_min, x_max, y_max in detections.tolist()
+    ]
+    for x_min, y_min, x_max, y_max in estimates.tolist():
+        width, height = max(x_max - x_min, 1e-6), max(y_max - y_min, 1e-6)
+        centre, double_width = x_min + x_max, 2 * width
+        for detection_centre, bottom, detection_width, detection_height in candidates:
+            shift_x = (detection_centre - centre) / double_width
+            shift_y = (bottom - y_max) / height
+            width_change = (width / detection_width if width > detection_width else detection_width / width) - 1.0
+            height_change = (
+                height / detection_height if height > detection_height else detection_height / height
+            ) - 1.0
+            squares = (
+                shift_x * shift_x + shift_y * shift_y + width_change * width_change + height_change * height_change
+            )
+            if math.sqrt(squares) <= limit:
+                return True
+    return False
 
 
 def assign(cost: Array, limit: float) -> Assignment:

@@ -36,6 +36,7 @@ __all__ = [
     "ConstantVelocityFilter",
     "boxes_from_states",
     "measurements_from_boxes",
+    "zero_spreads",
 ]
 
 Array = npt.NDArray[np.float64]
@@ -45,6 +46,18 @@ Array = npt.NDArray[np.float64]
 GATE_95 = 9.4877
 MIN_SIZE_PX = 1.0  # a predicted width or height never shrinks below a pixel, so ratios stay finite
 POSITION, CROSS, RATE = 0, 1, 2  # the rows of a spread
+
+
+def zero_spreads(count: int) -> Array:
+    """Spreads of `count` tracks, all zero: an N×3×4 array stored as 3×4×N, so that each entry of every
+    block (a variance, say, of every track's cx, then cy, w and h) is one contiguous run.
+
+    In that order the prediction is one product of the 3×3 step by a 3×4N matrix, and the correction's
+    gains come out in the order of the states' columns (see `tracks`), so they are added to them directly,
+    without copying them into that order first: together about a third of the filter's time at 20 tracks.
+    """
+    spreads: Array = np.zeros((3, 4, count)).transpose(2, 0, 1)
+    return spreads
 
 
 def measurements_from_boxes(boxes: Array) -> Array:
@@ -85,7 +98,7 @@ class ConstantVelocityFilter:
         self._noise_scale = np.array([acceleration] * 2 + [size_acceleration] * 2)
         self._step = np.nan  # the interval `_transition` and `_noise_weights` are for
         self._transition = np.eye(3)
-        self._noise_weights = np.zeros((3, 1))
+        self._noise_weights = np.zeros(3)
 
     def initiate(self, boxes: Array) -> tuple[Array, Array]:
         """States for new tracks at the given boxes, at rest but with a wide spread of velocity."""
@@ -100,7 +113,7 @@ class ConstantVelocityFilter:
         """Every state moved `dt` seconds ahead (new arrays; the inputs are left as they were)."""
         means = means.copy()
         predicted = self.predict_in_place(means, spreads, dt)
-        return means, predicted.copy() if predicted is spreads else predicted
+        return means, predicted.copy(order="K") if predicted is spreads else predicted
 
     def predict_in_place(self, means: Array, spreads: Array, dt: float) -> Array:
         """`predict` for the tracker's own table: `means` moved in place, and the new spreads returned (the
@@ -110,13 +123,20 @@ class ConstantVelocityFilter:
             return spreads
         transition, noise_weights = self._step_constants(dt)
         # The noise scales with the sizes before the step, so it is taken first.
-        noise = noise_weights * ((self._noise_scale * _motion_scale(means)) ** 2)[:, None, :]
+        noise_sizes = (self._noise_scale * _motion_scale(means)) ** 2
         means[:, :4] += dt * means[:, 4:]
         np.maximum(means[:, 2:4], MIN_SIZE_PX, out=means[:, 2:4])
+        blocks = spreads.transpose(1, 2, 0)
+        if blocks.flags.c_contiguous:  # as `zero_spreads` lays them out: one product of 3×3 by 3×4N
+            stepped: Array = (transition @ blocks.reshape(3, -1)).reshape(blocks.shape)
+            stepped += noise_weights[:, None, None] * noise_sizes.T
+            predicted: Array = stepped.transpose(2, 0, 1)
+            return predicted
+        noise = noise_weights[:, None] * noise_sizes[:, None, :]
         if len(spreads) > 1 and spreads.flags.f_contiguous:
-            # Column-major spreads (see `tracks`): four products of 3×3 by 3×N instead of N of 3×3 by 3×4,
-            # each element the same sum of three products.
-            predicted: Array = (transition @ spreads.T).T
+            # Column-major spreads: four products of 3×3 by 3×N instead of N of 3×3 by 3×4, each element the
+            # same sum of three products.
+            predicted = (transition @ spreads.T).T
         else:
             predicted = transition @ spreads
         predicted += noise
@@ -126,9 +146,10 @@ class ConstantVelocityFilter:
         """Per 2×2 block, F P Fᵀ with F = [[1, dt], [0, 1]] is linear in (variance, covariance, rate variance):
         p' = p + 2 dt c + dt² r, c' = c + dt r, r' = r; and Q adds q·(dt³/3, dt²/2, dt). The matrix of that
         map and Q's weights, for `dt`; a camera's frames mostly come at one interval, so the last is kept."""
-        if dt != self._step:
-            self._transition = np.array([[1.0, 2 * dt, dt * dt], [0.0, 1.0, dt], [0.0, 0.0, 1.0]])
-            self._noise_weights = np.array([dt**3 / 3, dt**2 / 2, dt])[:, None]
+        if dt != self._step:  # written into the arrays in place: two arrays made per frame cost more
+            transition, weights = self._transition, self._noise_weights
+            transition[0, 1], transition[0, 2], transition[1, 2] = 2 * dt, dt * dt, dt
+            weights[0], weights[1], weights[2] = dt**3 / 3, dt**2 / 2, dt
             self._step = dt
         return self._transition, self._noise_weights
 
@@ -146,7 +167,7 @@ class ConstantVelocityFilter:
 
     def update(self, means: Array, spreads: Array, boxes: Array) -> tuple[Array, Array]:
         """States corrected by one measured box each (row i by boxes[i]); new arrays."""
-        means, spreads = means.copy(), spreads.copy()
+        means, spreads = means.copy(), spreads.copy(order="K")
         self.update_in_place(means, spreads, measurements_from_boxes(boxes))
         return means, spreads
 

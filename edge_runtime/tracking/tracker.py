@@ -47,6 +47,7 @@ import numpy.typing as npt
 
 from edge_runtime.tracking.association import (
     FORBIDDEN,
+    any_within_relative_distance,
     assign,
     iou_matrix,
     paired_iou,
@@ -58,7 +59,7 @@ from edge_runtime.tracking.kalman import GATE_95, ConstantVelocityFilter, boxes_
 from edge_runtime.tracking.label_rules import LabelRules
 from edge_runtime.tracking.objects import TrackedObject, TrackUpdate
 from edge_runtime.tracking.reports import Reporter
-from edge_runtime.tracking.tracks import HISTORY_LENGTH, TrackTable, median_scores, take_rows
+from edge_runtime.tracking.tracks import HISTORY_LENGTH, TrackTable, blockwise, median_scores, take_rows
 
 if TYPE_CHECKING:  # the decoders package imports OpenCV, which the tracker does not need
     from edge_runtime.decoders.decoded import Detection
@@ -74,6 +75,8 @@ MAX_EXTRAPOLATION_S = 1.0
 STILL_IOU = 0.6
 # Up to this many track-detection pairs, anchors share the association's overlap matrix (see `_associate`).
 STACKED_OVERLAP_PAIRS = 1024
+# Up to this many pairs left for the second chance, whether any is near is asked in Python, not numpy.
+FEW_DISTANCE_PAIRS = 32
 
 
 class Tracker:
@@ -116,14 +119,16 @@ class Tracker:
         tracks = self._tracks
         ended: tuple[TrackedObject, ...] = ()
         if not all_matched:
-            confirmed = tracks.hits >= self._confirm_hits
+            tentative = tracks.hits < self._confirm_hits
             # A tentative track missed once is dropped; a confirmed one once missing for lost_after_s (matched
-            # tracks' missed_since is NaN, which fmin passes over and which compares False).
-            dropped = (matches < 0) & ~confirmed
+            # tracks' missed_since is NaN, which fmin passes over and which compares False). Most frames have
+            # neither, and are done after two comparisons.
+            dropped = (matches < 0) & tentative if np.count_nonzero(tentative) else None
             if now - np.fmin.reduce(tracks.missed_since) >= self._lost_after_s:
-                dropped |= now - tracks.missed_since >= self._lost_after_s
-            if np.count_nonzero(dropped):
-                gone = dropped & confirmed
+                lost = now - tracks.missed_since >= self._lost_after_s
+                dropped = lost if dropped is None else dropped | lost
+            if dropped is not None and np.count_nonzero(dropped):
+                gone = dropped & ~tentative
                 if np.count_nonzero(gone):
                     ended = self._reporter.objects(tracks.select(gone), now, None)
                 keep = ~dropped
@@ -197,7 +202,7 @@ class Tracker:
         """Steps 3 to 5 above."""
         tracks = self._tracks
         count = len(tracks)
-        matches = np.full(count, -1, dtype=np.intp)
+        matches = _ALL_MISSED[:count].copy() if count <= len(_ALL_MISSED) else np.full(count, -1, dtype=np.intp)
         confident = scores >= self._high
         if count == 0 or len(boxes) == 0:
             return _Association(matches, confident.nonzero()[0], None, None)
@@ -224,9 +229,10 @@ class Tracker:
             taken = first.columns
         matched_count = len(taken)
 
-        if not all_confident:
-            # Only weak detections that overlap some track well enough can be paired: usually none does. A
-            # column's best overlap passes the limit exactly when one of its overlaps does.
+        # Only weak detections that overlap some track well enough can be paired, and only while a track is
+        # unmatched: usually none does. A column's best overlap passes the limit exactly when one of its
+        # overlaps does.
+        if not all_confident and matched_count < count:
             weak = ~confident
             weak &= 1.0 - np.maximum.reduce(overlap, axis=0) <= 1.0 - LOW_SCORE_MIN_IOU
             if np.count_nonzero(weak):
@@ -248,11 +254,16 @@ class Tracker:
         if self._relative_distance <= 0 or matched_count == count:
             return _Association(matches, waiting_columns, predicted, anchor_overlap)
         open_rows = (matches < 0).nonzero()[0]
-        distance = relative_distance_matrix(predicted[open_rows], boxes[waiting_columns])
-        if not np.count_nonzero(distance <= self._relative_distance):  # usual: no pair near enough to gate
+        estimates, waiting_boxes = predicted[open_rows], boxes[waiting_columns]
+        if len(open_rows) * len(waiting_columns) <= FEW_DISTANCE_PAIRS and not any_within_relative_distance(
+            estimates, waiting_boxes, self._relative_distance
+        ):
+            return _Association(matches, waiting_columns, predicted, anchor_overlap)  # usual: no pair near enough
+        distance = relative_distance_matrix(estimates, waiting_boxes)
+        if not np.count_nonzero(distance <= self._relative_distance):
             return _Association(matches, waiting_columns, predicted, anchor_overlap)
         means, spreads = tracks.means[open_rows], tracks.spreads[open_rows]
-        plausible = self.motion.gating_distance(means, spreads, boxes[waiting_columns]) <= GATE_95
+        plausible = self.motion.gating_distance(means, spreads, waiting_boxes) <= GATE_95
         allowed = plausible & (track_codes[open_rows, None] == codes[waiting_columns])
         third = assign(np.where(allowed, distance, FORBIDDEN), self._relative_distance)
         matches[open_rows[third.rows]] = waiting_columns[third.columns]
@@ -280,8 +291,9 @@ class Tracker:
         history = tracks.history
         history[:, :-1] = history[:, 1:]
         counted = history[:, -1]  # 0 for a miss, and for a match scoring below its label's min_score
-        matched = (matches >= 0).nonzero()[0]
-        if len(matched) == len(tracks):  # every track matched, as on most frames: each column updates in place
+        seen = matches >= 0
+        matched_count = np.count_nonzero(seen)
+        if matched_count == len(tracks):  # every track matched: each column updates in place
             found, found_scores = take_rows(boxes, matches), scores[matches]
             self.motion.update_in_place(tracks.means, tracks.spreads, measurements_from_boxes(found))
             tracks.hits += 1
@@ -291,41 +303,43 @@ class Tracker:
             if anchor_overlap is None:
                 moved = (paired_iou(found, tracks.anchors) < STILL_IOU).nonzero()[0]
             else:  # the same numbers, computed with the association's overlaps
-                moved = (anchor_overlap[np.arange(len(matches)), matches] < STILL_IOU).nonzero()[0]
+                moved = (anchor_overlap[_rows(len(matches)), matches] < STILL_IOU).nonzero()[0]
             counted[:] = np.where(found_scores >= self._label_rules.min_score_of(codes, matches), found_scores, 0.0)
             shown_boxes: Array | None = found
         else:
             shown_boxes = predicted  # its missed rows are the prediction, as the filter leaves their states
-            counted[:] = 0.0
             np.fmin(tracks.missed_since, now, out=tracks.missed_since)  # NaN (not missing) gives now
             moved = _NO_INDICES
-            if len(matched):
+            if matched_count:
                 # Every column at once, the missed rows masked out, rather than gathering the matched rows and
                 # scattering them back: a missed track's row (-1) reads the last detection, and is never used.
-                seen = matches >= 0
                 found, found_scores = take_rows(boxes, matches), scores[matches]
                 self.motion.update_in_place(tracks.means, tracks.spreads, measurements_from_boxes(found), seen)
                 tracks.hits += seen
                 np.copyto(tracks.last_seen, now, where=seen)
                 np.copyto(tracks.missed_since, np.nan, where=seen)
-                np.copyto(tracks.last_boxes, found, where=seen[:, None])
+                rows_seen = seen[:, None]
+                np.copyto(tracks.last_boxes, found, where=rows_seen)
                 np.copyto(tracks.last_scores, found_scores, where=seen)
                 if shown_boxes is not None:
-                    np.copyto(shown_boxes, found, where=seen[:, None])
+                    np.copyto(shown_boxes, found, where=rows_seen)
                 if anchor_overlap is None:
                     overlaps = paired_iou(found, tracks.anchors)
                 else:
-                    overlaps = anchor_overlap[np.arange(len(matches)), matches]
+                    overlaps = anchor_overlap[_rows(len(matches)), matches]
                 moved = ((overlaps < STILL_IOU) & seen).nonzero()[0]
-                seen &= found_scores >= self._label_rules.min_score_of(codes, matches)
-                counted[:] = np.where(seen, found_scores, 0.0)
+                counted[:] = np.where(
+                    seen & (found_scores >= self._label_rules.min_score_of(codes, matches)), found_scores, 0.0
+                )
+            else:
+                counted[:] = 0.0
         if len(moved):  # rows of tracks and of `found` alike
             tracks.anchors[moved] = found[moved]
             tracks.still_since[moved] = now
         medians = median_scores(history)
         np.maximum(tracks.top_scores, medians, out=tracks.top_scores)
         tracks.real |= medians >= self._label_rules.threshold_of(tracks.label_codes)
-        return len(matched) == len(tracks), shown_boxes
+        return matched_count == len(tracks), shown_boxes
 
     def _start(self, boxes: Array, scores: Array, codes: Codes, now: float) -> TrackTable:
         """Tentative tracks for the given detections, with one hit and one score each."""
@@ -337,7 +351,7 @@ class Tracker:
         serials = list(itertools.islice(self._serials, count))
         return TrackTable(
             means=means,
-            spreads=spreads,
+            spreads=blockwise(spreads),  # the filter's own layout (column-major) to the table's
             label_codes=codes,
             labels=self._label_rules.names(codes),
             hits=np.ones(count, dtype=np.int64),
@@ -359,6 +373,13 @@ class Tracker:
 _box, _score, _label = operator.attrgetter("box"), operator.attrgetter("score"), operator.attrgetter("label")
 _NOT_FOUND = np.full(1, -1, dtype=np.intp)
 _NO_INDICES = np.zeros(0, dtype=np.intp)
+_ROWS = np.arange(1024, dtype=np.intp)
+_ALL_MISSED = np.full(1024, -1, dtype=np.intp)
+
+
+def _rows(count: int) -> Indices:
+    """0 to `count` - 1: a view of one array made once, for the frame sizes that most cameras have."""
+    return _ROWS[:count] if count <= len(_ROWS) else np.arange(count)
 
 
 class _Association(NamedTuple):

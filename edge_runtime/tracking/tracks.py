@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["HISTORY_LENGTH", "HISTORY_PADDING", "TrackTable", "median_scores", "take_rows"]
+from edge_runtime.tracking.kalman import zero_spreads
+
+__all__ = ["HISTORY_LENGTH", "HISTORY_PADDING", "TrackTable", "blockwise", "median_scores", "take_rows"]
 
 Array = npt.NDArray[np.float64]
 
@@ -30,9 +32,20 @@ FEW_YOUNG_ROWS = 8  # up to this many rows not yet full, `median_scores` takes t
 
 
 def take_rows(array: npt.NDArray[Any], rows: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
-    """`array[rows]`, in the same column-major layout as the table's arrays (see `TrackTable`)."""
+    """`array[rows]`, in the same layout as the table's arrays (see `TrackTable`): column-major, or for the
+    spreads the track axis last in memory (`zero_spreads`)."""
+    if array.ndim == 3 and not array.flags.f_contiguous:
+        stacked: npt.NDArray[Any] = np.take(array.transpose(1, 2, 0), rows, axis=-1).transpose(2, 0, 1)
+        return stacked
     taken: npt.NDArray[Any] = np.take(array.T, rows, axis=-1).T
     return taken
+
+
+def blockwise(spreads: Array) -> Array:
+    """A copy of `spreads` in the layout the table keeps them in (`zero_spreads`), whatever theirs."""
+    laid_out = zero_spreads(len(spreads))
+    np.copyto(laid_out, spreads)
+    return laid_out
 
 
 def median_scores(history: Array) -> Array:
@@ -75,8 +88,9 @@ class TrackTable:
     The arrays of several columns are column-major (Fortran order): each column, such as every track's
     centre x, is contiguous, so a step on some columns of all tracks (the filter's, mostly) runs as one
     loop over memory rather than one short loop per track: at a hundred tracks the filter's correction
-    takes about a third less time.
-    Row-major arrays give the same numbers, only more slowly; `select` and `extend` keep the layout.
+    takes about a third less time. The spreads go further, each block entry of every coordinate being one
+    run (`zero_spreads`). Row-major arrays give the same numbers, only more slowly; `select` and `extend`
+    keep the layout.
     """
 
     means: Array  # (N, 8) filter states
@@ -101,7 +115,7 @@ class TrackTable:
     def empty(cls) -> TrackTable:
         return cls(
             means=np.zeros((0, 8), order="F"),
-            spreads=np.zeros((0, 3, 4), order="F"),
+            spreads=zero_spreads(0),
             label_codes=np.zeros(0, dtype=np.int64),
             labels=np.zeros(0, dtype=object),
             hits=np.zeros(0, dtype=np.int64),
@@ -133,7 +147,25 @@ class TrackTable:
         """These tracks followed by `other`'s."""
         if len(other) == 0:
             return self
-        return TrackTable(**{name: np.concatenate([getattr(self, name), getattr(other, name)]) for name in _COLUMNS})
+        if len(self) == 0:  # an empty array counts as every layout at once, and could pass on the wrong one
+            return other
+        return TrackTable(**{name: _joined(getattr(self, name), getattr(other, name)) for name in _COLUMNS})
+
+
+def _joined(first: npt.NDArray[Any], second: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """`first`'s rows followed by `second`'s, in the layout of whichever has several rows, or else the table's
+    own: a one-row array is row- and column-major at once, and numpy would make their join row-major."""
+    if first.ndim == 1:
+        return np.concatenate([first, second])
+    count = len(first) + len(second)
+    model = first if len(first) > 1 or len(second) < 2 else second
+    if len(model) > 1:
+        out = np.empty_like(model, shape=(count, *model.shape[1:]))
+    elif first.ndim == 3:
+        out = zero_spreads(count)
+    else:
+        out = np.empty((count, *first.shape[1:]), first.dtype, order="F")
+    return np.concatenate([first, second], out=out)
 
 
 _COLUMNS = tuple(field.name for field in fields(TrackTable))

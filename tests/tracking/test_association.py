@@ -10,6 +10,7 @@ import pytest
 
 from edge_runtime.tracking.association import (
     FORBIDDEN,
+    any_within_relative_distance,
     assign,
     iou_matrix,
     paired_iou,
@@ -56,6 +57,33 @@ def test_relative_distance_counts_in_object_sizes() -> None:
     assert relative_distance_matrix(estimate, moved_one_width)[0, 0] == pytest.approx(1.0)
     assert relative_distance_matrix(estimate, grown_twice_as_wide)[0, 0] == pytest.approx(1.0)
     assert relative_distance_matrix(estimate, estimate)[0, 0] == 0.0
+
+
+def test_python_check_for_a_near_pair_agrees_with_the_matrix() -> None:
+    """Every finite distance is the matrix's to the bit, so on each side of the limit the answer is the
+    matrix's; a NaN or infinite coordinate may make it answer True, never False where the matrix has a pair."""
+    rng = np.random.default_rng(5)
+    odd = [np.nan, np.inf, -np.inf, 0.0, 1e-9]
+    agreed = near = 0
+    for _ in range(3000):
+        estimates = rng.uniform(0, 400, (int(rng.integers(1, 4)), 4))
+        estimates[:, 2:] += rng.choice([0.0, 1e-7, 30.0, 120.0], (len(estimates), 2))
+        detections = estimates[rng.integers(0, len(estimates), int(rng.integers(1, 4)))]
+        detections = detections + rng.normal(0, rng.choice([1.0, 40.0, 200.0]), detections.shape)
+        if rng.random() < 0.1:
+            detections[rng.integers(len(detections)), rng.integers(4)] = rng.choice(odd)
+        matrix = relative_distance_matrix(estimates, detections)
+        # The matrix's own distances as limits: pairs exactly at the limit must count as within it.
+        for limit in (2.5, float(np.nanmin(np.where(np.isinf(matrix), np.nan, matrix), initial=2.5))):
+            expected = bool(np.count_nonzero(matrix <= limit))
+            found = any_within_relative_distance(estimates, detections, limit)
+            if np.isfinite(matrix).all():
+                assert found == expected
+                agreed += 1
+            else:
+                assert found or not expected
+            near += expected
+    assert agreed > 4000 and 1000 < near < agreed
 
 
 def test_assignment_minimises_the_total_not_each_pick() -> None:
