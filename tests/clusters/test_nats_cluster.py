@@ -278,7 +278,7 @@ def test_qos2_publish_closes_the_connection_and_a_qos2_subscription_is_granted_q
         subscribed.set()
 
     subscriber.on_subscribe = on_subscribe
-    subscriber.on_message = lambda _c, _u, message: received.append((message.payload, message.qos))
+    subscriber.on_message = lambda _c, _u, message: received.append((bytes(message.payload), message.qos))
     subscriber.subscribe(f"{capture}/#", qos=2)
     publisher, lost = connect(cluster.mqtt_ports[1], "test-qos2-publisher")
     try:
