@@ -10,6 +10,11 @@ consumer on `$MQTT_msgs` filtered to `$MQTT.msgs.a.b.c`, is interest every repli
 PUBACKed message stays stored until the capture's reader acks it, whichever node dies. A stream
 sourcing from `$MQTT_msgs` is no substitute: its source consumer lives only on the `$MQTT_msgs` leader,
 and while it is set up again nothing holds interest, so `$MQTT_msgs` skips the message, and PUBACKs it.
+One exception on nats-server before 2.9.16: an MQTT subscriber at QoS 1 is a second consumer on
+`$MQTT_msgs`, and when its PUBACK reaches a replica that has not stored the message yet, that replica has
+the message deleted from every copy, the capture's included (server/stream.go, `ackMsg`; fixed upstream
+in ed9de4b0a). Tests that read a capture keep QoS 1 subscribers off its topics or leave their
+messages unacknowledged.
 """
 
 from __future__ import annotations
